@@ -1,0 +1,21 @@
+// kiln: everything. Include the layer headers directly to keep builds light.
+#pragma once
+
+#include "kiln/core/allocator.h"
+#include "kiln/core/generator.h"
+#include "kiln/core/grad_mode.h"
+#include "kiln/core/parallel.h"
+#include "kiln/core/rngs.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/index.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/promotion.h"
+#include "kiln/ops/random.h"
+#include "kiln/ops/record.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
+#include "kiln/ops/unary.h"
+#include "kiln/autograd/engine.h"
+#include "kiln/autograd/gradcheck.h"

@@ -1,0 +1,47 @@
+// Shape helpers: strides, printing, dim wrapping, broadcasting.
+#include "kiln/core/shape.h"
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+
+Strides contiguous_strides(std::span<const int64_t> shape) {
+  Strides s = Strides::filled(shape.size(), 1);
+  int64_t acc = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    s[i] = acc;
+    acc *= std::max<int64_t>(shape[i], 1);
+  }
+  return s;
+}
+
+std::string to_string(std::span<const int64_t> shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+int64_t wrap_dim(const char* op, int64_t dim, int64_t ndim) {
+  int64_t n = std::max<int64_t>(ndim, 1);
+  KILN_CHECK(dim >= -n && dim < n, op, "dim {} out of range for a tensor with {} dims", dim, ndim);
+  return dim < 0 ? dim + n : dim;
+}
+
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
+  if (a == b) return a;
+  size_t n = std::max(a.size(), b.size());
+  Shape out = Shape::filled(n, 1);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    KILN_CHECK(da == db || da == 1 || db == 1, op, "shapes {} and {} cannot be broadcast (dim {}: {} vs {})",
+               to_string(a), to_string(b), int64_t(i) - int64_t(n), da, db);
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+}  // namespace kiln

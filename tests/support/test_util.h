@@ -1,0 +1,51 @@
+// Shared test helpers: closeness checks, error-message checks, golden files
+// written by tools/gen_goldens.py, and non-contiguous copies of inputs.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace kiln::testing {
+
+/// Loads tests/goldens/<name>.json.
+const nlohmann::json& golden(const std::string& name);
+/// A golden tensor: {"shape": [...], "dtype": "f32", "data": [...]} (data
+/// row-major; NaN/inf written as strings "nan", "inf", "-inf").
+Tensor golden_tensor(const nlohmann::json& j);
+
+/// Elementwise |a - b| <= atol + rtol * |b| with equal shapes; NaNs must match.
+::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-6);
+/// Exact equality of shape, dtype and values.
+::testing::AssertionResult equal(const Tensor& a, const Tensor& b);
+
+/// The same values in a non-contiguous layout (a transposed copy viewed back).
+Tensor noncontiguous(const Tensor& x);
+/// Random f64 leaf with requires_grad for gradchecks, values in [lo, hi).
+Tensor leaf(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0);
+
+}  // namespace kiln::testing
+
+/// EXPECT_KILN_ERROR(stmt, "substring"): stmt throws kiln::Error whose what()
+/// contains substring.
+#define EXPECT_KILN_ERROR(stmt, substring)                                                  \
+  do {                                                                                      \
+    try {                                                                                   \
+      stmt;                                                                                 \
+      ADD_FAILURE() << "expected kiln::Error containing \"" << (substring) << "\"";        \
+    } catch (const ::kiln::Error& e) {                                                      \
+      EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)                   \
+          << "message: " << e.what() << "\nexpected to contain: " << (substring);           \
+    }                                                                                       \
+  } while (0)
+
+/// EXPECT_GRADCHECK(fn, inputs[, opts]).
+#define EXPECT_GRADCHECK(...)                                  \
+  do {                                                         \
+    auto kiln_gc_result = ::kiln::gradcheck(__VA_ARGS__);      \
+    EXPECT_TRUE(kiln_gc_result.ok) << kiln_gc_result.message;  \
+  } while (0)
