@@ -4,7 +4,6 @@
 // summed before the node runs.
 #include "kiln/autograd/engine.h"
 
-#include <optional>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -76,10 +75,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
     }
   }
 
-  std::optional<EnableGradGuard> enable;
-  std::optional<NoGradGuard> disable;
-  if (create_graph) enable.emplace();
-  else disable.emplace();
+  GradModeGuard mode(create_graph);
 
   for (auto& [edge, g] : roots) accumulate(tasks[edge.fn.get()].grads[edge.output_nr], g);
 

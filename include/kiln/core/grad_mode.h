@@ -8,28 +8,28 @@ struct GradMode {
   static void set_enabled(bool enabled);
 };
 
-/// Turns recording off for its lifetime: `{ NoGradGuard g; w.sub_(lr * w.grad()); }`.
-class NoGradGuard {
+/// Sets grad mode for its lifetime, then restores the previous mode.
+class GradModeGuard {
  public:
-  NoGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(false); }
-  ~NoGradGuard() { GradMode::set_enabled(prev_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  explicit GradModeGuard(bool enabled) : prev_(GradMode::is_enabled()) { GradMode::set_enabled(enabled); }
+  ~GradModeGuard() { GradMode::set_enabled(prev_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
  private:
   bool prev_;
 };
 
-/// Turns recording on for its lifetime (inside a NoGradGuard, for example).
-class EnableGradGuard {
+/// Turns recording off for its lifetime: `{ NoGradGuard g; w.sub_(lr * w.grad()); }`.
+class NoGradGuard : public GradModeGuard {
  public:
-  EnableGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(true); }
-  ~EnableGradGuard() { GradMode::set_enabled(prev_); }
-  EnableGradGuard(const EnableGradGuard&) = delete;
-  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+  NoGradGuard() : GradModeGuard(false) {}
+};
 
- private:
-  bool prev_;
+/// Turns recording on for its lifetime (inside a NoGradGuard, for example).
+class EnableGradGuard : public GradModeGuard {
+ public:
+  EnableGradGuard() : GradModeGuard(true) {}
 };
 
 }  // namespace kiln
