@@ -18,4 +18,6 @@
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
 #include "kiln/autograd/engine.h"
+#include "kiln/autograd/functional.h"
 #include "kiln/autograd/gradcheck.h"
+#include "kiln/autograd/gradient_tape.h"
