@@ -10,5 +10,10 @@ namespace kiln {
 
 DType result_type(const Tensor& a, const Tensor& b);
 DType result_type(const Tensor& a, Scalar b);
+/// With two numbers (clamp's bounds).
+DType result_type(const Tensor& a, Scalar b, Scalar c);
+/// Whether a result of dtype `from` may be written into a tensor of dtype
+/// `to` (in-place ops): no floating into integer or bool, no integer into bool.
+bool can_cast(DType from, DType to);
 
 }  // namespace kiln

@@ -1,0 +1,387 @@
+// Binary elementwise ops: checks, type promotion, broadcasting, in-place
+// forms and vjps. Kernels: src/ops/cpu/binary.cpp.
+#include "kiln/ops/binary.h"
+
+#include "kiln/ops/creation.h"
+#include "kiln/ops/promotion.h"
+#include "kiln/ops/record.h"
+#include "kiln/ops/shape.h"
+#include "kiln/ops/unary.h"
+#include "src/ops/cpu/copy.h"
+#include "src/ops/cpu/elementwise.h"
+
+namespace kiln {
+
+using cpu::BinaryOp;
+using cpu::OpParams;
+
+namespace {
+
+void check_defined(const char* op, const Tensor& t, const char* arg) {
+  KILN_CHECK(t.defined(), op, "{} is an undefined tensor", arg);
+}
+
+/// The gradient of a broadcast operand: summed to its shape, in its dtype.
+Tensor reduce_grad(const Tensor& g, const Shape& shape, DType dtype) {
+  Tensor r = sum_to(g, shape);
+  return r.dtype() == dtype ? r : to(r, dtype);
+}
+
+/// out = op(a, b) computed in dtype ct, written as dtype ot, broadcast.
+Tensor binary_forward(const char* op, BinaryOp k, const Tensor& a, const Tensor& b, DType ct, DType ot,
+                      OpParams p = {}) {
+  check_defined(op, a, "a");
+  check_defined(op, b, "b");
+  Tensor out = Tensor::empty(broadcast_shapes(op, a.shape(), b.shape()), ot, a.device());
+  if (a.dtype() == ct && b.dtype() == ct) cpu::binary(k, out, a, b, p);
+  else cpu::binary(k, out, cpu::convert(a, ct), cpu::convert(b, ct), p);
+  return out;
+}
+
+/// out = op(a, s) (or op(s, a) when reversed) in dtype ct, written as ot.
+Tensor scalar_forward(const char* op, BinaryOp k, const Tensor& a, Scalar s, DType ct, DType ot,
+                      bool reversed = false) {
+  check_defined(op, a, "a");
+  Tensor out = Tensor::empty(a.shape(), ot, a.device());
+  if (a.dtype() == ct) cpu::binary_scalar(k, out, a, s, reversed);
+  else cpu::binary_scalar(k, out, cpu::convert(a, ct), s, reversed);
+  return out;
+}
+
+void check_not_bool(const char* op, const Tensor& t, const char* what) {
+  KILN_CHECK(t.dtype() != kBool, op, "{} of a bool tensor of shape {} is not supported; use logical_xor / logical_not",
+             what, to_string(t.shape()));
+}
+
+void check_alpha(const char* op, DType result, Scalar alpha) {
+  KILN_CHECK(!(alpha.is_bool() && result != kBool), op, "a bool alpha is only supported for bool results, got {}",
+             name(result));
+  KILN_CHECK(!(alpha.is_floating() && !is_floating(result)), op,
+             "alpha {} must not be a floating-point number for a {} result", alpha.to_double(), name(result));
+}
+
+// ---- in-place support ----
+
+/// Throws when several elements of t share one memory location (an expanded
+/// tensor): writing into it would be ill-defined.
+void check_no_internal_overlap(const char* op, const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    KILN_CHECK(t.strides()[d] != 0 || t.shape()[d] <= 1, op,
+               "more than one element of the written-to tensor of shape {} (strides {}) refers to a single "
+               "memory location; clone() it first",
+               to_string(t.shape()), to_string(t.strides()));
+}
+
+/// The checks every in-place binary op makes before writing into self.
+void check_inplace_binary(const char* op, const Tensor& self, const Tensor& other, DType result) {
+  check_defined(op, self, "self");
+  check_defined(op, other, "other");
+  Shape s = broadcast_shapes(op, self.shape(), other.shape());
+  KILN_CHECK(s == self.shape(), op, "other of shape {} does not broadcast to self of shape {}",
+             to_string(other.shape()), to_string(self.shape()));
+  KILN_CHECK(can_cast(result, self.dtype()), op, "result type {} can't be cast to the desired output type {}",
+             name(result), name(self.dtype()));
+  check_no_internal_overlap(op, self);
+  check_inplace(op, self, needs_grad(other));
+}
+
+/// other as an operand of an in-place op on self: copied when it reads
+/// memory self writes at other positions.
+Tensor inplace_operand(const Tensor& self, const Tensor& other) {
+  if (!other.is_same_storage(self)) return other;
+  if (other.data_ptr() == self.data_ptr() && other.shape() == self.shape() && other.strides() == self.strides())
+    return other;
+  Tensor c = Tensor::empty(other.shape(), other.dtype(), other.device());
+  cpu::copy(other, c);
+  return c;
+}
+
+/// self = op(self, other) computed in ct.
+void inplace_compute(BinaryOp k, const Tensor& self, const Tensor& other, DType ct, OpParams p = {}) {
+  Tensor o = inplace_operand(self, other);
+  if (self.dtype() == ct) {
+    cpu::binary(k, self, self, cpu::convert(o, ct), p);
+  } else {
+    Tensor tmp = Tensor::empty(self.shape(), ct, self.device());
+    cpu::binary(k, tmp, cpu::convert(self, ct), cpu::convert(o, ct), p);
+    cpu::copy(tmp, self);
+  }
+  self.storage()->bump_version();
+}
+
+void inplace_compute(BinaryOp k, const Tensor& self, Scalar s, DType ct) {
+  if (self.dtype() == ct) {
+    cpu::binary_scalar(k, self, self, s);
+  } else {
+    Tensor tmp = Tensor::empty(self.shape(), ct, self.device());
+    cpu::binary_scalar(k, tmp, cpu::convert(self, ct), s);
+    cpu::copy(tmp, self);
+  }
+  self.storage()->bump_version();
+}
+
+void check_inplace_scalar(const char* op, const Tensor& self, DType result) {
+  check_defined(op, self, "self");
+  KILN_CHECK(can_cast(result, self.dtype()), op, "result type {} can't be cast to the desired output type {}",
+             name(result), name(self.dtype()));
+  check_no_internal_overlap(op, self);
+  check_inplace(op, self);
+}
+
+// ---- vjps shared by the out-of-place and in-place forms ----
+
+void record_add(const char* op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) {
+  record(op, {a, b}, {out}, {},
+         [sa = a.shape(), sb = b.shape(), ta = a.dtype(), tb = b.dtype(), alpha](const VjpArgs& v) -> Grads {
+           return {v.needs(0) ? reduce_grad(v.grad(), sa, ta) : Tensor(),
+                   v.needs(1) ? reduce_grad(alpha == 1.0 ? v.grad() : mul(v.grad(), alpha), sb, tb) : Tensor()};
+         });
+}
+
+// a_val / b_val: the values of a and b the product was computed from.
+void record_mul(const char* op, const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& a_val,
+                const Tensor& b_val) {
+  bool ga = needs_grad(a), gb = needs_grad(b);
+  record(op, {a, b}, {out}, {ga ? b_val : Tensor(), gb ? a_val : Tensor()},
+         [sa = a.shape(), sb = b.shape(), ta = a.dtype(), tb = b.dtype()](const VjpArgs& v) -> Grads {
+           return {v.needs(0) ? reduce_grad(mul(v.grad(), v.saved[0]), sa, ta) : Tensor(),
+                   v.needs(1) ? reduce_grad(mul(v.grad(), v.saved[1]), sb, tb) : Tensor()};
+         });
+}
+
+// d(a/b)/da = 1/b, d(a/b)/db = -out/b.
+void record_div(const char* op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  record(op, {a, b}, {out}, {b, needs_grad(b) ? out : Tensor()},
+         [sa = a.shape(), sb = b.shape(), ta = a.dtype(), tb = b.dtype()](const VjpArgs& v) -> Grads {
+           const Tensor& bv = v.saved[0];
+           return {v.needs(0) ? reduce_grad(div(v.grad(), bv), sa, ta) : Tensor(),
+                   v.needs(1) ? reduce_grad(neg(div(mul(v.grad(), v.saved[1]), bv)), sb, tb) : Tensor()};
+         });
+}
+
+}  // namespace
+
+// ---- add / sub ----
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  check_defined("add", a, "a");
+  check_defined("add", b, "b");
+  DType t = result_type(a, b);
+  Tensor out = binary_forward("add", BinaryOp::add, a, b, t, t);
+  if (needs_grad(a, b)) record_add("add", a, b, out, 1.0);
+  return out;
+}
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  check_defined("add", a, "a");
+  check_defined("add", b, "b");
+  DType t = result_type(a, b);
+  check_alpha("add", t, alpha);
+  double al = alpha.to_double();
+  Tensor out = binary_forward("add", BinaryOp::add, a, b, t, t, {al, 0});
+  if (needs_grad(a, b)) record_add("add", a, b, out, al);
+  return out;
+}
+
+Tensor add(const Tensor& a, Scalar b) {
+  check_defined("add", a, "a");
+  DType t = result_type(a, b);
+  Tensor out = scalar_forward("add", BinaryOp::add, a, b, t, t);
+  if (needs_grad(a))
+    record("add", {a}, {out}, {}, [ta = a.dtype()](const VjpArgs& v) -> Grads { return {to(v.grad(), ta)}; });
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  check_defined("sub", a, "a");
+  check_defined("sub", b, "b");
+  check_not_bool("sub", a, "subtraction");
+  check_not_bool("sub", b, "subtraction");
+  DType t = result_type(a, b);
+  Tensor out = binary_forward("sub", BinaryOp::sub, a, b, t, t);
+  if (needs_grad(a, b)) record_add("sub", a, b, out, -1.0);
+  return out;
+}
+
+Tensor sub(const Tensor& a, Scalar b) {
+  check_defined("sub", a, "a");
+  check_not_bool("sub", a, "subtraction");
+  DType t = result_type(a, b);
+  Tensor out = scalar_forward("sub", BinaryOp::sub, a, b, t, t);
+  if (needs_grad(a))
+    record("sub", {a}, {out}, {}, [ta = a.dtype()](const VjpArgs& v) -> Grads { return {to(v.grad(), ta)}; });
+  return out;
+}
+
+Tensor rsub(const Tensor& a, Scalar b) {
+  check_defined("rsub", a, "a");
+  check_not_bool("rsub", a, "subtraction");
+  DType t = result_type(a, b);
+  Tensor out = scalar_forward("rsub", BinaryOp::sub, a, b, t, t, /*reversed=*/true);
+  if (needs_grad(a))
+    record("rsub", {a}, {out}, {}, [ta = a.dtype()](const VjpArgs& v) -> Grads { return {to(neg(v.grad()), ta)}; });
+  return out;
+}
+
+// ---- mul / div ----
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  check_defined("mul", a, "a");
+  check_defined("mul", b, "b");
+  DType t = result_type(a, b);
+  Tensor out = binary_forward("mul", BinaryOp::mul, a, b, t, t);
+  if (needs_grad(a, b)) record_mul("mul", a, b, out, a, b);
+  return out;
+}
+
+Tensor mul(const Tensor& a, Scalar b) {
+  check_defined("mul", a, "a");
+  DType t = result_type(a, b);
+  Tensor out = scalar_forward("mul", BinaryOp::mul, a, b, t, t);
+  if (needs_grad(a))
+    record("mul", {a}, {out}, {}, [ta = a.dtype(), b](const VjpArgs& v) -> Grads { return {to(mul(v.grad(), b), ta)}; });
+  return out;
+}
+
+namespace {
+DType div_type(DType t) { return is_floating(t) ? t : kF32; }
+}  // namespace
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  check_defined("div", a, "a");
+  check_defined("div", b, "b");
+  DType t = div_type(result_type(a, b));
+  Tensor out = binary_forward("div", BinaryOp::div, a, b, t, t);
+  if (needs_grad(a, b)) record_div("div", a, b, out);
+  return out;
+}
+
+Tensor div(const Tensor& a, Scalar b) {
+  check_defined("div", a, "a");
+  DType t = div_type(result_type(a, b));
+  Tensor out = scalar_forward("div", BinaryOp::div, a, b, t, t);
+  if (needs_grad(a))
+    record("div", {a}, {out}, {}, [ta = a.dtype(), b](const VjpArgs& v) -> Grads { return {to(div(v.grad(), b), ta)}; });
+  return out;
+}
+
+Tensor rdiv(const Tensor& a, Scalar b) {
+  check_defined("rdiv", a, "a");
+  DType t = div_type(result_type(a, b));
+  Tensor out = scalar_forward("rdiv", BinaryOp::div, a, b, t, t, /*reversed=*/true);
+  // d(b/a)/da = -b/a^2 = -out/a.
+  if (needs_grad(a))
+    record("rdiv", {a}, {out}, {a, out}, [ta = a.dtype()](const VjpArgs& v) -> Grads {
+      return {to(neg(div(mul(v.grad(), v.saved[1]), v.saved[0])), ta)};
+    });
+  return out;
+}
+
+// ---- in place ----
+
+Tensor add_(const Tensor& a, const Tensor& b) { return add_(a, b, 1); }
+
+Tensor add_(const Tensor& a, const Tensor& b, Scalar alpha) {
+  check_defined("add_", a, "self");
+  check_defined("add_", b, "other");
+  DType t = result_type(a, b);
+  check_alpha("add_", t, alpha);
+  check_inplace_binary("add_", a, b, t);
+  double al = alpha.to_double();
+  inplace_compute(BinaryOp::add, a, b, t, {al, 0});
+  if (needs_grad(a, b)) record_add("add_", a, b, a, al);
+  return a;
+}
+
+Tensor add_(const Tensor& a, Scalar b) {
+  check_defined("add_", a, "self");
+  DType t = result_type(a, b);
+  check_inplace_scalar("add_", a, t);
+  inplace_compute(BinaryOp::add, a, b, t);
+  if (needs_grad(a)) record("add_", {a}, {a}, {}, [](const VjpArgs& v) -> Grads { return {v.grad()}; });
+  return a;
+}
+
+Tensor sub_(const Tensor& a, const Tensor& b) {
+  check_defined("sub_", a, "self");
+  check_defined("sub_", b, "other");
+  check_not_bool("sub_", a, "subtraction");
+  check_not_bool("sub_", b, "subtraction");
+  DType t = result_type(a, b);
+  check_inplace_binary("sub_", a, b, t);
+  inplace_compute(BinaryOp::sub, a, b, t);
+  if (needs_grad(a, b)) record_add("sub_", a, b, a, -1.0);
+  return a;
+}
+
+Tensor sub_(const Tensor& a, Scalar b) {
+  check_defined("sub_", a, "self");
+  check_not_bool("sub_", a, "subtraction");
+  DType t = result_type(a, b);
+  check_inplace_scalar("sub_", a, t);
+  inplace_compute(BinaryOp::sub, a, b, t);
+  if (needs_grad(a)) record("sub_", {a}, {a}, {}, [](const VjpArgs& v) -> Grads { return {v.grad()}; });
+  return a;
+}
+
+Tensor mul_(const Tensor& a, const Tensor& b) {
+  check_defined("mul_", a, "self");
+  check_defined("mul_", b, "other");
+  DType t = result_type(a, b);
+  check_inplace_binary("mul_", a, b, t);
+  // d/db needs the old value of a.
+  Tensor a_old = needs_grad(b) ? clone(a) : Tensor();
+  Tensor b_val = needs_grad(a) && b.is_same_storage(a) ? clone(b) : b;
+  inplace_compute(BinaryOp::mul, a, b, t);
+  if (needs_grad(a, b)) record_mul("mul_", a, b, a, a_old, b_val);
+  return a;
+}
+
+Tensor mul_(const Tensor& a, Scalar b) {
+  check_defined("mul_", a, "self");
+  DType t = result_type(a, b);
+  check_inplace_scalar("mul_", a, t);
+  inplace_compute(BinaryOp::mul, a, b, t);
+  if (needs_grad(a)) record("mul_", {a}, {a}, {}, [b](const VjpArgs& v) -> Grads { return {mul(v.grad(), b)}; });
+  return a;
+}
+
+Tensor div_(const Tensor& a, const Tensor& b) {
+  check_defined("div_", a, "self");
+  check_defined("div_", b, "other");
+  DType t = div_type(result_type(a, b));
+  check_inplace_binary("div_", a, b, t);
+  Tensor b_val = needs_grad(a, b) && b.is_same_storage(a) ? clone(b) : b;
+  inplace_compute(BinaryOp::div, a, b, t);
+  if (needs_grad(a, b)) record_div("div_", a, b_val, a);
+  return a;
+}
+
+Tensor div_(const Tensor& a, Scalar b) {
+  check_defined("div_", a, "self");
+  DType t = div_type(result_type(a, b));
+  check_inplace_scalar("div_", a, t);
+  inplace_compute(BinaryOp::div, a, b, t);
+  if (needs_grad(a)) record("div_", {a}, {a}, {}, [b](const VjpArgs& v) -> Grads { return {div(v.grad(), b)}; });
+  return a;
+}
+
+Tensor fill_(const Tensor& a, Scalar value) {
+  check_defined("fill_", a, "self");
+  check_inplace("fill_", a);
+  cpu::fill(a, value);
+  a.storage()->bump_version();
+  if (needs_grad(a)) record("fill_", {a}, {a}, {}, [](const VjpArgs& v) -> Grads { return {zeros_like(v.grad())}; });
+  return a;
+}
+
+Tensor zero_(const Tensor& a) {
+  check_defined("zero_", a, "self");
+  check_inplace("zero_", a);
+  cpu::fill(a, 0);
+  a.storage()->bump_version();
+  if (needs_grad(a)) record("zero_", {a}, {a}, {}, [](const VjpArgs& v) -> Grads { return {zeros_like(v.grad())}; });
+  return a;
+}
+
+}  // namespace kiln
