@@ -1,0 +1,431 @@
+// Matrix products on the CPU: layout canonicalisation, oneDNN's matmul
+// primitive (f32, bf16) behind a per-thread LRU of primitives, and the plain
+// kernel for f64 and integers.
+#include "src/ops/cpu/matmul.h"
+
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <array>
+#include <bit>
+#include <cstring>
+#include <list>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/core/parallel.h"
+#include "src/ops/cpu/copy.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+constexpr const char* kOp = "matmul";
+
+// ---------------------------------------------------------------------------
+// Geometry. NOTE [Matmul canonical form]: every call is reduced to
+//   out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]   for b over `batch`
+// with element strides per operand. Batch dims where out has size 1 are
+// dropped, dims that are contiguous with their inner neighbour in all three
+// operands are merged, broadcast dims have stride 0, and when b is shared by
+// every batch and a's batch dims chain into its rows, they are folded into M
+// (one large GEMM instead of many small ones, as [B, T, I] @ [I, O] in linear).
+// ---------------------------------------------------------------------------
+struct Geometry {
+  Shape batch;              // out's batch sizes after merging
+  Strides a_bs, b_bs, o_bs;  // per batch dim; 0 where a / b broadcast
+  int64_t M = 0, K = 0, N = 0;
+  int64_t a_sm = 0, a_sk = 0, b_sk = 0, b_sn = 0, o_sm = 0, o_sn = 0;
+
+  int64_t batch_count() const { return numel(batch); }
+};
+
+// The stride of batch dim i of t aligned to out's nb batch dims (0 when t has
+// no such dim or broadcasts along it).
+int64_t batch_stride(const Tensor& t, int64_t i, int64_t nb) {
+  int64_t ti = i - (nb - (t.dim() - 2));
+  if (ti < 0 || t.shape()[ti] == 1) return 0;
+  return t.strides()[ti];
+}
+
+Geometry make_geometry(const Tensor& a, const Tensor& b, const Tensor& out) {
+  Geometry g;
+  int64_t nd = out.dim(), nb = nd - 2;
+  g.M = out.shape()[nd - 2];
+  g.N = out.shape()[nd - 1];
+  g.K = a.shape()[a.dim() - 1];
+  g.a_sm = a.strides()[a.dim() - 2];
+  g.a_sk = a.strides()[a.dim() - 1];
+  g.b_sk = b.strides()[b.dim() - 2];
+  g.b_sn = b.strides()[b.dim() - 1];
+  g.o_sm = out.strides()[nd - 2];
+  g.o_sn = out.strides()[nd - 1];
+  for (int64_t i = 0; i < nb; ++i) {
+    int64_t size = out.shape()[i];
+    if (size == 1) continue;
+    int64_t sa = batch_stride(a, i, nb), sb = batch_stride(b, i, nb), so = out.strides()[i];
+    size_t p = g.batch.size();
+    if (p > 0 && g.a_bs[p - 1] == sa * size && g.b_bs[p - 1] == sb * size && g.o_bs[p - 1] == so * size) {
+      g.batch[p - 1] *= size;  // dim i continues the previous one in every operand
+      g.a_bs[p - 1] = sa;
+      g.b_bs[p - 1] = sb;
+      g.o_bs[p - 1] = so;
+      continue;
+    }
+    g.batch.push_back(size);
+    g.a_bs.push_back(sa);
+    g.b_bs.push_back(sb);
+    g.o_bs.push_back(so);
+  }
+  // Rows of a size-1 dim may take any stride; pick the one that lets a fold.
+  if (g.batch.size() == 1 && g.M == 1) {
+    if (g.a_bs[0] != 0) g.a_sm = g.a_bs[0];
+    g.o_sm = g.o_bs[0];
+  }
+  if (g.batch.size() == 1 && g.b_bs[0] == 0 && g.a_bs[0] != 0 && g.a_bs[0] == g.a_sm * g.M &&
+      g.o_bs[0] == g.o_sm * g.M) {
+    g.M *= g.batch[0];
+    g.batch = {};
+    g.a_bs = g.b_bs = g.o_bs = {};
+  }
+  return g;
+}
+
+// ---------------------------------------------------------------------------
+// The plain kernel: row by row, out_row = sum_k a[m, k] * b_row(k) in acc_t<T>.
+// Used for f64 (gradchecks), integers and empty reductions (K == 0).
+// ---------------------------------------------------------------------------
+
+// Element offsets of every batch for the three operands.
+void batch_offsets(const Geometry& g, std::vector<int64_t>& ao, std::vector<int64_t>& bo, std::vector<int64_t>& oo) {
+  int64_t n = g.batch_count();
+  ao.assign(size_t(n), 0);
+  bo.assign(size_t(n), 0);
+  oo.assign(size_t(n), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rest = i;
+    for (int64_t d = int64_t(g.batch.size()) - 1; d >= 0; --d) {
+      int64_t idx = rest % g.batch[d];
+      rest /= g.batch[d];
+      ao[i] += idx * g.a_bs[d];
+      bo[i] += idx * g.b_bs[d];
+      oo[i] += idx * g.o_bs[d];
+    }
+  }
+}
+
+template <class T>
+void plain_matmul(const Geometry& g, const T* a, const T* b, T* o, const T* bias, int64_t bias_stride,
+                  const MatmulEpilogue& ep) {
+  using Acc = acc_t<T>;
+  const Acc alpha = ep.alpha.to<Acc>(), beta = ep.beta.to<Acc>();
+  const bool use_beta = ep.beta.to_double() != 0.0;
+  std::vector<int64_t> ao, bo, oo;
+  batch_offsets(g, ao, bo, oo);
+  const int64_t rows = g.batch_count() * g.M;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, g.K * g.N));
+  parallel_for(0, rows, grain, [&](int64_t lo, int64_t hi) {
+    std::vector<Acc> acc(size_t(g.N));
+    for (int64_t r = lo; r < hi; ++r) {
+      int64_t bi = r / g.M, m = r % g.M;
+      const T* arow = a + ao[bi] + m * g.a_sm;
+      const T* bmat = b + bo[bi];
+      T* orow = o + oo[bi] + m * g.o_sm;
+      std::fill(acc.begin(), acc.end(), Acc(0));
+      for (int64_t k = 0; k < g.K; ++k) {
+        const Acc av = Acc(arow[k * g.a_sk]);
+        const T* brow = bmat + k * g.b_sk;
+        if (g.b_sn == 1)
+          for (int64_t n = 0; n < g.N; ++n) acc[n] += av * Acc(brow[n]);
+        else
+          for (int64_t n = 0; n < g.N; ++n) acc[n] += av * Acc(brow[n * g.b_sn]);
+      }
+      for (int64_t n = 0; n < g.N; ++n) {
+        Acc v = alpha * acc[n];
+        if (bias) v += Acc(bias[n * bias_stride]);
+        if (use_beta) v += beta * Acc(orow[n * g.o_sn]);
+        orow[n * g.o_sn] = T(v);
+      }
+    }
+  });
+}
+
+void run_plain(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor& out, const MatmulEpilogue& ep) {
+  dispatch(out.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, bool>) {
+      KILN_FAIL(kOp, "bool tensors are not supported");
+    } else {
+      const T* bias = ep.bias ? static_cast<const T*>(ep.bias->data_ptr()) : nullptr;
+      int64_t bias_stride = ep.bias ? ep.bias->strides()[0] : 0;
+      plain_matmul<T>(g, static_cast<const T*>(a.data_ptr()), static_cast<const T*>(b.data_ptr()),
+                      static_cast<T*>(out.data_ptr()), bias, bias_stride, ep);
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------
+// oneDNN. One engine and one stream for the process (CPU streams execute in
+// the calling thread); primitives live in a per-thread LRU keyed by the whole
+// canonical geometry, so a repeated shape skips primitive creation (tens of
+// µs) and reuses its memory objects (only the data handles change).
+// ---------------------------------------------------------------------------
+
+dnnl::engine& engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+dnnl::stream& stream() {
+  static dnnl::stream s(engine());
+  return s;
+}
+
+constexpr int kMaxDnnlDims = 12;  // DNNL_MAX_NDIMS
+
+// A 2-D operand [R, C] with strides (sr, sc) that oneDNN's fast kernels take:
+// row-major or column-major with a leading dimension that does not overlap.
+bool plain_layout(int64_t R, int64_t C, int64_t sr, int64_t sc) {
+  return (sc == 1 && sr >= C) || (sr == 1 && sc >= R);
+}
+
+// Stride for a size-1 dim in a 2-D operand, chosen so the layout stays plain.
+void fix_unit_strides(int64_t R, int64_t C, int64_t& sr, int64_t& sc) {
+  if (R == 1) sr = sc == 1 ? C : 1;
+  if (C == 1) sc = sr == 1 ? R : 1;
+  if (R == 1 && C == 1) sr = sc = 1;
+}
+
+struct Key {
+  std::array<int64_t, 6 * kMaxDnnlDims + 8> v{};
+  int n = 0;
+  void push(int64_t x) { v[size_t(n++)] = x; }
+  bool operator==(const Key& o) const {
+    return n == o.n && std::memcmp(v.data(), o.v.data(), size_t(n) * sizeof(int64_t)) == 0;
+  }
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < k.n; ++i) h = (h ^ uint64_t(k.v[size_t(i)])) * 1099511628211ull;
+    return size_t(h);
+  }
+};
+
+struct Entry {
+  dnnl::matmul prim;
+  dnnl::memory src, wei, dst, bias;
+  std::unordered_map<int, dnnl::memory> args;
+  std::string impl;
+};
+
+class PrimitiveCache {
+ public:
+  static constexpr size_t kCapacity = 128;
+
+  Entry* find(const Key& k) {
+    auto it = map_.find(k);
+    if (it == map_.end()) {
+      ++misses_;
+      return nullptr;
+    }
+    ++hits_;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return &it->second->second;
+  }
+  Entry* insert(const Key& k, Entry e) {
+    if (map_.size() >= kCapacity) {
+      map_.erase(lru_.back().first);
+      lru_.pop_back();
+    }
+    lru_.emplace_front(k, std::move(e));
+    map_[k] = lru_.begin();
+    return &lru_.front().second;
+  }
+  MatmulCacheStats stats() const { return {hits_, misses_, int64_t(map_.size())}; }
+
+ private:
+  std::list<std::pair<Key, Entry>> lru_;
+  std::unordered_map<Key, std::list<std::pair<Key, Entry>>::iterator, KeyHash> map_;
+  int64_t hits_ = 0, misses_ = 0;
+};
+
+PrimitiveCache& cache() {
+  thread_local PrimitiveCache c;
+  return c;
+}
+
+std::string& last_impl() {
+  thread_local std::string s = "none";
+  return s;
+}
+
+dnnl::memory::data_type dnnl_type(DType t) {
+  return t == kBF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
+// dims/strides of one operand as oneDNN sees it: [batch..., R, C]; a
+// broadcast batch dim has size 1 (oneDNN broadcasts it) and, like every
+// size-1 dim, a stride that spans the whole inner block.
+void describe(const Geometry& g, const Strides& bs, bool is_out, int64_t R, int64_t C, int64_t sr, int64_t sc,
+              dnnl::memory::dims& dims, dnnl::memory::dims& strides) {
+  size_t nb = g.batch.size();
+  dims.assign(nb + 2, 1);
+  strides.assign(nb + 2, 1);
+  dims[nb] = R;
+  dims[nb + 1] = C;
+  strides[nb] = sr;
+  strides[nb + 1] = sc;
+  int64_t span = (R - 1) * sr + (C - 1) * sc + 1;
+  for (size_t d = nb; d-- > 0;) {
+    bool bcast = !is_out && bs[d] == 0;
+    dims[d] = bcast ? 1 : g.batch[d];
+    strides[d] = bcast ? span : bs[d];
+    span = std::max(span, (dims[d] - 1) * strides[d] + span);
+  }
+}
+
+Entry make_entry(const Geometry& g, DType dt, int64_t a_sm, int64_t a_sk, int64_t b_sk, int64_t b_sn,
+                 const Tensor* bias, DType bias_dt, int64_t bias_stride, float alpha, float beta) {
+  using md = dnnl::memory::desc;
+  dnnl::memory::dims ad, as, bd, bs, od, os;
+  describe(g, g.a_bs, false, g.M, g.K, a_sm, a_sk, ad, as);
+  describe(g, g.b_bs, false, g.K, g.N, b_sk, b_sn, bd, bs);
+  describe(g, g.o_bs, true, g.M, g.N, g.o_sm, g.o_sn, od, os);
+  md a_md(ad, dnnl_type(dt), as), b_md(bd, dnnl_type(dt), bs), o_md(od, dnnl_type(dt), os), bias_md;
+  if (bias) {
+    dnnl::memory::dims dd(od.size(), 1), ds(od.size(), g.N * bias_stride);
+    dd.back() = g.N;
+    ds.back() = bias_stride;
+    bias_md = md(dd, dnnl_type(bias_dt), ds);
+  }
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops po;
+    po.append_sum(beta);
+    attr.set_post_ops(po);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, bias_md, o_md), attr, engine());
+  Entry e;
+  e.prim = dnnl::matmul(pd);
+  e.impl = pd.impl_info_str();
+  e.src = dnnl::memory(a_md, engine(), nullptr);
+  e.wei = dnnl::memory(b_md, engine(), nullptr);
+  e.dst = dnnl::memory(o_md, engine(), nullptr);
+  e.args = {{DNNL_ARG_SRC, e.src}, {DNNL_ARG_WEIGHTS, e.wei}, {DNNL_ARG_DST, e.dst}};
+  if (bias) {
+    e.bias = dnnl::memory(bias_md, engine(), nullptr);
+    e.args.emplace(DNNL_ARG_BIAS, e.bias);
+  }
+  return e;
+}
+
+// Runs the canonical product on oneDNN. Returns false (having done nothing)
+// when oneDNN would only offer its slow reference code for this layout.
+bool run_dnnl(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor& out, const MatmulEpilogue& ep) {
+  int64_t a_sm = g.a_sm, a_sk = g.a_sk, b_sk = g.b_sk, b_sn = g.b_sn;
+  fix_unit_strides(g.M, g.K, a_sm, a_sk);
+  fix_unit_strides(g.K, g.N, b_sk, b_sn);
+  const DType dt = out.dtype();
+  const DType bias_dt = ep.bias ? ep.bias->dtype() : dt;
+  const int64_t bias_stride = ep.bias && g.N > 1 ? ep.bias->strides()[0] : 1;
+  const float alpha = ep.alpha.to<float>(), beta = ep.beta.to<float>();
+
+  Key key;
+  key.push(int64_t(dt) | int64_t(bias_dt) << 8 | int64_t(ep.bias != nullptr) << 16);
+  key.push(int64_t(std::bit_cast<uint32_t>(alpha)) << 32 | std::bit_cast<uint32_t>(beta));
+  key.push(bias_stride);
+  for (int64_t x : {g.M, g.K, g.N, a_sm, a_sk, b_sk, b_sn, g.o_sm, g.o_sn}) key.push(x);
+  for (size_t d = 0; d < g.batch.size(); ++d) {
+    key.push(g.batch[d]);
+    key.push(g.a_bs[d]);
+    key.push(g.b_bs[d]);
+    key.push(g.o_bs[d]);
+  }
+
+  Entry* e = cache().find(key);
+  if (!e) e = cache().insert(key, make_entry(g, dt, a_sm, a_sk, b_sk, b_sn, ep.bias, bias_dt, bias_stride, alpha, beta));
+  if (e->impl.rfind("ref", 0) == 0) return false;
+  last_impl() = e->impl;
+
+  e->src.set_data_handle(a.data_ptr());
+  e->wei.set_data_handle(b.data_ptr());
+  e->dst.set_data_handle(out.data_ptr());
+  if (ep.bias) e->bias.set_data_handle(ep.bias->data_ptr());
+  // oneDNN's OpenMP code uses the calling thread's count: keep it at kiln's.
+  const int nt = get_num_threads();
+  if (omp_get_max_threads() != nt) omp_set_num_threads(nt);
+  e->prim.execute(stream(), e->args);
+  return true;
+}
+
+Tensor contiguous_copy(const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
+  copy(t, c);
+  return c;
+}
+
+}  // namespace
+
+void matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out_in, const MatmulEpilogue& ep) {
+  if (out_in.numel() == 0) return;
+  const DType dt = out_in.dtype();
+  Geometry g = make_geometry(a_in, b_in, out_in);
+  const bool dnnl_dtype = dt == kF32 || dt == kBF16;
+  if (!dnnl_dtype || g.K == 0 || int64_t(g.batch.size()) + 2 > kMaxDnnlDims) {
+    last_impl() = "plain";
+    run_plain(g, a_in, b_in, out_in, ep);
+    return;
+  }
+
+  // Operands whose matrices are neither row- nor column-major (strided
+  // slices, expanded rows) are copied once; transposed views pass as they are.
+  Tensor a = a_in, b = b_in, out = out_in;
+  const Tensor* bias = ep.bias;
+  Tensor bias_copy;
+  bool copied = false;
+  auto plain2d = [](const Tensor& t) {
+    int64_t R = t.shape()[t.dim() - 2], C = t.shape()[t.dim() - 1];
+    int64_t sr = t.strides()[t.dim() - 2], sc = t.strides()[t.dim() - 1];
+    fix_unit_strides(R, C, sr, sc);
+    return plain_layout(R, C, sr, sc);
+  };
+  if (!plain2d(a)) a = contiguous_copy(a), copied = true;
+  if (!plain2d(b)) b = contiguous_copy(b), copied = true;
+  if (out.strides()[out.dim() - 1] != 1 || !plain2d(out)) {
+    out = Tensor::empty(out_in.shape(), dt, out_in.device());
+    if (ep.beta.to_double() != 0.0) copy(out_in, out);
+    copied = true;
+  }
+  if (bias && bias->strides()[0] <= 0 && bias->numel() > 1) {
+    bias_copy = contiguous_copy(*bias);
+    bias = &bias_copy;
+  }
+  if (copied) g = make_geometry(a, b, out);
+  MatmulEpilogue ep2 = ep;
+  ep2.bias = bias;
+  if (!run_dnnl(g, a, b, out, ep2)) {
+    // A layout oneDNN only runs in reference code: retry fully contiguous.
+    a = contiguous_copy(a);
+    b = contiguous_copy(b);
+    if (!out.is_contiguous()) {
+      out = Tensor::empty(out_in.shape(), dt, out_in.device());
+      if (ep.beta.to_double() != 0.0) copy(out_in, out);
+    }
+    g = make_geometry(a, b, out);
+    if (!run_dnnl(g, a, b, out, ep2)) {
+      last_impl() = "plain";
+      run_plain(g, a, b, out, ep2);
+    }
+  }
+  if (!out.is_same(out_in)) copy(out, out_in);
+}
+
+const std::string& last_matmul_impl() { return last_impl(); }
+
+MatmulCacheStats matmul_cache_stats() { return cache().stats(); }
+
+}  // namespace kiln::cpu
