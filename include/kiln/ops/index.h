@@ -20,6 +20,9 @@ Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& 
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, Scalar value);
 /// Copy of x with src added at index along dim.
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+/// Copy of x with the slices of src added at index along dim, summing
+/// duplicates (torch.index_add); index is 1-D with src.size(dim) entries.
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 /// weight[indices]: integer [...] -> [..., D] for weight [V, D].
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 
