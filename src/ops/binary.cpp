@@ -2,6 +2,8 @@
 // forms and vjps. Kernels: src/ops/cpu/binary.cpp.
 #include "kiln/ops/binary.h"
 
+#include <cmath>
+
 #include "kiln/ops/creation.h"
 #include "kiln/ops/promotion.h"
 #include "kiln/ops/record.h"
@@ -382,6 +384,272 @@ Tensor zero_(const Tensor& a) {
   a.storage()->bump_version();
   if (needs_grad(a)) record("zero_", {a}, {a}, {}, [](const VjpArgs& v) -> Grads { return {zeros_like(v.grad())}; });
   return a;
+}
+
+// ---- pow ----
+
+namespace {
+// d(a^e)/da = e a^(e-1), zero for e == 0 (so that 0^0 gives no NaN).
+Tensor pow_grad_base(const Tensor& g, const Tensor& a, Scalar e) {
+  double ev = e.to_double();
+  if (ev == 0.0) return zeros_like(g);
+  if (ev == 1.0) return g;
+  if (ev == 2.0) return mul(g, mul(a, 2.0));
+  return mul(g, mul(pow(a, Scalar(ev - 1.0)), ev));
+}
+
+void check_pow_exponent(const char* op, DType t, Scalar e) {
+  KILN_CHECK(is_floating(t) || e.is_floating() || e.to_int() >= 0, op,
+             "integers to negative integer powers are not allowed ({} ** {})", name(t), e.to_int());
+}
+}  // namespace
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  check_defined("pow", a, "a");
+  check_defined("pow", b, "b");
+  DType t = result_type(a, b);
+  Tensor out = binary_forward("pow", BinaryOp::pow, a, b, t, t);
+  if (needs_grad(a, b))
+    record("pow", {a, b}, {out}, {a, b, needs_grad(b) ? out : Tensor()},
+           [sa = a.shape(), sb = b.shape(), ta = a.dtype(), tb = b.dtype()](const VjpArgs& v) -> Grads {
+             const Tensor &av = v.saved[0], &bv = v.saved[1];
+             Tensor ga, gb;
+             if (v.needs(0)) {
+               // b a^(b-1), zero where b == 0 (like torch).
+               Tensor d = mul(bv, pow(av, sub(bv, 1)));
+               ga = reduce_grad(mul(v.grad(), masked_fill(d, eq(bv, 0), 0)), sa, ta);
+             }
+             if (v.needs(1)) {
+               // out log(a), zero where a == 0 and b >= 0 (like torch).
+               Tensor d = mul(v.saved[2], log(av));
+               gb = reduce_grad(mul(v.grad(), masked_fill(d, logical_and(eq(av, 0), ge(bv, 0)), 0)), sb, tb);
+             }
+             return {ga, gb};
+           });
+  return out;
+}
+
+Tensor pow(const Tensor& a, Scalar exponent) {
+  check_defined("pow", a, "a");
+  DType t = result_type(a, exponent);
+  check_pow_exponent("pow", t, exponent);
+  Tensor out;
+  if (exponent.to_double() == 2.0 && a.dtype() == t) {
+    out = Tensor::empty(a.shape(), t, a.device());
+    cpu::unary(cpu::UnaryOp::square, out, a);
+  } else {
+    out = scalar_forward("pow", BinaryOp::pow, a, exponent, t, t);
+  }
+  if (needs_grad(a))
+    record("pow", {a}, {out}, {a}, [exponent, ta = a.dtype()](const VjpArgs& v) -> Grads {
+      return {to(pow_grad_base(v.grad(), v.saved[0], exponent), ta)};
+    });
+  return out;
+}
+
+Tensor pow(Scalar base, const Tensor& a) {
+  check_defined("pow", a, "exponent");
+  DType t = result_type(a, base);
+  Tensor out = scalar_forward("pow", BinaryOp::pow, a, base, t, t, /*reversed=*/true);
+  if (needs_grad(a))
+    record("pow", {a}, {out}, {a, out}, [base, ta = a.dtype()](const VjpArgs& v) -> Grads {
+      double lb = std::log(base.to_double());
+      Tensor d = mul(v.grad(), mul(v.saved[1], lb));
+      // 0 ** e has zero gradient for e >= 0 (like torch).
+      if (base.to_double() == 0.0) d = masked_fill(d, ge(v.saved[0], 0), 0);
+      return {to(d, ta)};
+    });
+  return out;
+}
+
+Tensor pow_(const Tensor& a, Scalar exponent) {
+  check_defined("pow_", a, "self");
+  DType t = result_type(a, exponent);
+  check_pow_exponent("pow_", t, exponent);
+  check_inplace_scalar("pow_", a, t);
+  Tensor a_old = needs_grad(a) ? clone(a) : Tensor();
+  if (exponent.to_double() == 2.0 && a.dtype() == t) {
+    cpu::unary(cpu::UnaryOp::square, a, a);
+    a.storage()->bump_version();
+  } else {
+    inplace_compute(BinaryOp::pow, a, exponent, t);
+  }
+  if (needs_grad(a))
+    record("pow_", {a}, {a}, {a_old}, [exponent](const VjpArgs& v) -> Grads {
+      return {pow_grad_base(v.grad(), v.saved[0], exponent)};
+    });
+  return a;
+}
+
+// ---- maximum / minimum ----
+
+namespace {
+// The gradient of max(a, b) goes to the larger input, half to each on ties;
+// `loses` is a < b for maximum, a > b for minimum.
+Tensor minmax(const char* op, BinaryOp k, const Tensor& a, const Tensor& b) {
+  check_defined(op, a, "a");
+  check_defined(op, b, "b");
+  DType t = result_type(a, b);
+  Tensor out = binary_forward(op, k, a, b, t, t);
+  if (needs_grad(a, b))
+    record(op, {a, b}, {out}, {a, b},
+           [k, sa = a.shape(), sb = b.shape(), ta = a.dtype(), tb = b.dtype()](const VjpArgs& v) -> Grads {
+             const Tensor &av = v.saved[0], &bv = v.saved[1];
+             Tensor half = where(eq(av, bv), mul(v.grad(), 0.5), v.grad());
+             bool is_max = k == BinaryOp::maximum;
+             return {v.needs(0) ? reduce_grad(masked_fill(half, is_max ? lt(av, bv) : gt(av, bv), 0), sa, ta) : Tensor(),
+                     v.needs(1) ? reduce_grad(masked_fill(half, is_max ? gt(av, bv) : lt(av, bv), 0), sb, tb) : Tensor()};
+           });
+  return out;
+}
+}  // namespace
+
+Tensor maximum(const Tensor& a, const Tensor& b) { return minmax("maximum", BinaryOp::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return minmax("minimum", BinaryOp::minimum, a, b); }
+
+// ---- comparisons and logic ----
+
+namespace {
+Tensor compare(const char* op, BinaryOp k, const Tensor& a, const Tensor& b) {
+  check_defined(op, a, "a");
+  check_defined(op, b, "b");
+  return binary_forward(op, k, a, b, result_type(a, b), kBool);
+}
+Tensor compare(const char* op, BinaryOp k, const Tensor& a, Scalar b) {
+  check_defined(op, a, "a");
+  return scalar_forward(op, k, a, b, result_type(a, b), kBool);
+}
+}  // namespace
+
+Tensor eq(const Tensor& a, const Tensor& b) { return compare("eq", BinaryOp::eq, a, b); }
+Tensor eq(const Tensor& a, Scalar b) { return compare("eq", BinaryOp::eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare("ne", BinaryOp::ne, a, b); }
+Tensor ne(const Tensor& a, Scalar b) { return compare("ne", BinaryOp::ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare("lt", BinaryOp::lt, a, b); }
+Tensor lt(const Tensor& a, Scalar b) { return compare("lt", BinaryOp::lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare("le", BinaryOp::le, a, b); }
+Tensor le(const Tensor& a, Scalar b) { return compare("le", BinaryOp::le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare("gt", BinaryOp::gt, a, b); }
+Tensor gt(const Tensor& a, Scalar b) { return compare("gt", BinaryOp::gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare("ge", BinaryOp::ge, a, b); }
+Tensor ge(const Tensor& a, Scalar b) { return compare("ge", BinaryOp::ge, a, b); }
+Tensor logical_and(const Tensor& a, const Tensor& b) { return compare("logical_and", BinaryOp::logical_and, a, b); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return compare("logical_or", BinaryOp::logical_or, a, b); }
+Tensor logical_xor(const Tensor& a, const Tensor& b) { return compare("logical_xor", BinaryOp::logical_xor, a, b); }
+
+Tensor logical_not(const Tensor& a) {
+  check_defined("logical_not", a, "a");
+  Tensor out = Tensor::empty(a.shape(), kBool, a.device());
+  cpu::unary(cpu::UnaryOp::logical_not, out, a);
+  return out;
+}
+
+Tensor isclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  check_defined("isclose", a, "a");
+  check_defined("isclose", b, "b");
+  KILN_CHECK(rtol >= 0 && atol >= 0, "isclose", "rtol ({}) and atol ({}) must be non-negative", rtol, atol);
+  return binary_forward("isclose", BinaryOp::isclose, a, b, result_type(a, b), kBool, {rtol, atol});
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  check_defined("allclose", a, "a");
+  check_defined("allclose", b, "b");
+  KILN_CHECK(rtol >= 0 && atol >= 0, "allclose", "rtol ({}) and atol ({}) must be non-negative", rtol, atol);
+  Tensor c = binary_forward("allclose", BinaryOp::isclose, a, b, result_type(a, b), kBool, {rtol, atol});
+  const bool* p = c.data<bool>();  // fresh and contiguous
+  for (int64_t i = 0, n = c.numel(); i < n; ++i)
+    if (!p[i]) return false;
+  return true;
+}
+
+Tensor isnan(const Tensor& a) {
+  check_defined("isnan", a, "a");
+  Tensor out = Tensor::empty(a.shape(), kBool, a.device());
+  cpu::unary(cpu::UnaryOp::isnan, out, a);
+  return out;
+}
+
+Tensor isfinite(const Tensor& a) {
+  check_defined("isfinite", a, "a");
+  Tensor out = Tensor::empty(a.shape(), kBool, a.device());
+  cpu::unary(cpu::UnaryOp::isfinite, out, a);
+  return out;
+}
+
+// ---- selection ----
+
+namespace {
+void check_cond(const char* op, const Tensor& cond, const char* arg) {
+  check_defined(op, cond, arg);
+  KILN_CHECK(cond.dtype() == kBool, op, "{} must be a bool tensor, got {} of shape {}", arg, name(cond.dtype()),
+             to_string(cond.shape()));
+}
+}  // namespace
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_cond("where", cond, "condition");
+  check_defined("where", a, "a");
+  check_defined("where", b, "b");
+  DType t = result_type(a, b);
+  Shape s = broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
+  Tensor out = Tensor::empty(s, t, a.device());
+  cpu::where(out, cond, cpu::convert(a, t), cpu::convert(b, t));
+  if (needs_grad(a, b))
+    record("where", {a, b}, {out}, {cond},
+           [sa = a.shape(), sb = b.shape(), ta = a.dtype(), tb = b.dtype()](const VjpArgs& v) -> Grads {
+             const Tensor& c = v.saved[0];
+             return {v.needs(0) ? reduce_grad(where(c, v.grad(), 0), sa, ta) : Tensor(),
+                     v.needs(1) ? reduce_grad(where(c, 0, v.grad()), sb, tb) : Tensor()};
+           });
+  return out;
+}
+
+namespace {
+// cond ? s : x (scalar_if_true) or cond ? x : s, in dtype t.
+Tensor where_scalar(const char* op, const Tensor& cond, const Tensor& x, Scalar s, bool scalar_if_true, DType t) {
+  Tensor out = Tensor::empty(broadcast_shapes(op, cond.shape(), x.shape()), t, x.device());
+  cpu::where_scalar(out, cond, cpu::convert(x, t), s, scalar_if_true);
+  if (needs_grad(x))
+    record(op, {x}, {out}, {cond}, [sx = x.shape(), tx = x.dtype(), scalar_if_true](const VjpArgs& v) -> Grads {
+      const Tensor& c = v.saved[0];
+      return {reduce_grad(scalar_if_true ? where(c, 0, v.grad()) : where(c, v.grad(), 0), sx, tx)};
+    });
+  return out;
+}
+}  // namespace
+
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+  check_cond("where", cond, "condition");
+  check_defined("where", a, "a");
+  return where_scalar("where", cond, a, b, false, result_type(a, b));
+}
+
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
+  check_cond("where", cond, "condition");
+  check_defined("where", b, "b");
+  return where_scalar("where", cond, b, a, true, result_type(b, a));
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  check_defined("masked_fill", x, "x");
+  check_cond("masked_fill", mask, "mask");
+  return where_scalar("masked_fill", mask, x, value, true, x.dtype());
+}
+
+Tensor masked_fill_(const Tensor& x, const Tensor& mask, Scalar value) {
+  check_defined("masked_fill_", x, "self");
+  check_cond("masked_fill_", mask, "mask");
+  Shape s = broadcast_shapes("masked_fill_", x.shape(), mask.shape());
+  KILN_CHECK(s == x.shape(), "masked_fill_", "mask of shape {} does not broadcast to self of shape {}",
+             to_string(mask.shape()), to_string(x.shape()));
+  check_no_internal_overlap("masked_fill_", x);
+  check_inplace("masked_fill_", x);
+  Tensor m = inplace_operand(x, mask);
+  cpu::where_scalar(x, m, x, value, true);
+  x.storage()->bump_version();
+  if (needs_grad(x))
+    record("masked_fill_", {x}, {x}, {m}, [](const VjpArgs& v) -> Grads { return {where(v.saved[0], 0, v.grad())}; });
+  return x;
 }
 
 }  // namespace kiln

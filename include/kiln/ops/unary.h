@@ -22,6 +22,8 @@ Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+/// The Gauss error function.
+Tensor erf(const Tensor& x);
 Tensor relu(const Tensor& x);
 enum class GeluApproximation { none, tanh };
 /// x * Phi(x) (erf form) or the tanh approximation.
