@@ -5,10 +5,13 @@
 #include <limits>
 #include <vector>
 
+#include <cmath>
+
+#include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
-#include "src/ops/cpu/loops.h"
+#include "kiln/ops/unary.h"
 #include "src/ops/cpu/reduce.h"
 
 namespace kiln {
@@ -66,23 +69,6 @@ Tensor expand_back(const Tensor& g, const Shape& in, const Shape& dims) {
 
 DType sum_dtype(DType t) { return is_floating(t) ? t : kI64; }
 
-// g * s for a floating g, differentiable (the vjp of "scale" is itself).
-Tensor scale(const Tensor& g, double s) {
-  Tensor out = Tensor::empty(g.shape(), g.dtype());
-  dispatch(g.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (is_floating(dtype_v<T>)) {
-      const acc_t<T> k = acc_t<T>(s);
-      cpu::for_each_run<2>({&out, &g}, [k](std::array<char*, 2> p, std::array<int64_t, 2> st, int64_t n) {
-        for (int64_t j = 0; j < n; ++j)
-          *reinterpret_cast<T*>(p[0] + j * st[0]) = T(k * acc_t<T>(*reinterpret_cast<const T*>(p[1] + j * st[1])));
-      });
-    }
-  });
-  if (needs_grad(g)) record("scale", {g}, {out}, {}, [s](const VjpArgs& a) -> Grads { return {scale(a.grad(), s)}; });
-  return out;
-}
-
 }  // namespace
 
 // ---- sum / mean ----
@@ -124,11 +110,354 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   cpu::sum(x, out, rd, n == 0 ? std::numeric_limits<double>::quiet_NaN() : 1.0 / double(n));
   if (needs_grad(x))
     record("mean", {x}, {out}, {}, [in = x.shape(), rd, n](const VjpArgs& a) -> Grads {
-      return {scale(expand_back(a.grad(), in, rd), n == 0 ? 0.0 : 1.0 / double(n))};
+      return {mul(expand_back(a.grad(), in, rd), n == 0 ? 0.0 : 1.0 / double(n))};
     });
   return out;
 }
 
 Tensor mean(const Tensor& x) { return mean(x, Shape{}, false); }
+
+// ---- prod ----
+
+namespace {
+
+// d prod / d x_i = prod of the others. Where x has no zero in the slice that
+// is out / x; where the slice has one zero, only that zero gets a gradient
+// (the product of the nonzeros); with two or more zeros everything is 0.
+Tensor prod_backward(const Tensor& g, const Tensor& x, const Tensor& out, int64_t dim) {
+  Tensor zero = eq(x, 0);
+  Tensor x_safe = where(zero, 1.0, x);
+  Tensor prod_nonzero = prod(x_safe, dim, /*keepdim=*/true);
+  Tensor one_zero = eq(sum(zero, {dim}, /*keepdim=*/true), 1);
+  Tensor at_zero = where(one_zero, prod_nonzero, 0.0);
+  return g * where(zero, at_zero, div(out, x_safe));
+}
+
+}  // namespace
+
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim) {
+  check_defined("prod", x);
+  int64_t d = wrap_dim("prod", dim, x.dim());
+  Shape rd = x.dim() == 0 ? Shape{} : Shape{d};
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), sum_dtype(x.dtype()));
+  cpu::prod(x, out, rd);
+  if (needs_grad(x))
+    record("prod", {x}, {out}, {x, out}, [rd, keepdim](const VjpArgs& a) -> Grads {
+      const Tensor& x = a.saved[0];
+      if (x.dim() == 0) return {a.grad()};  // prod of one element is itself
+      Shape kshape = reduced_shape(x.shape(), rd, true);
+      Tensor g = reshape(a.grad(), kshape), out = reshape(a.saved[1], kshape);
+      return {prod_backward(g, x, out, rd[0])};
+    });
+  return out;
+}
+
+Tensor prod(const Tensor& x) {
+  check_defined("prod", x);
+  return prod(reshape(x, {-1}), 0, false);
+}
+
+// ---- max / min ----
+
+namespace {
+
+void check_nonempty_dim(const char* op, const Tensor& x, int64_t d) {
+  KILN_CHECK(x.dim() == 0 || x.shape()[d] > 0, op,
+             "cannot reduce dim {} of size 0 of input {} (the reduction has no identity)", d, to_string(x.shape()));
+}
+
+// Gradient of a pick along dim: g at x's index `idx` (keepdim shape), 0 elsewhere.
+Tensor pick_backward(const Tensor& g, const Tensor& idx, const Shape& in, int64_t dim) {
+  if (in.empty()) return g;
+  Shape ashape = Shape::filled(in.size(), 1);
+  ashape[size_t(dim)] = in[size_t(dim)];
+  Tensor pos = reshape(arange(0, in[size_t(dim)], 1, {.dtype = kI64}), ashape);
+  return where(eq(pos, idx), g, 0.0);
+}
+
+template <bool Max>
+std::pair<Tensor, Tensor> max_min_dim(const char* op, const Tensor& x, int64_t dim, bool keepdim) {
+  check_defined(op, x);
+  int64_t d = wrap_dim(op, dim, x.dim());
+  check_nonempty_dim(op, x, d);
+  Shape rd = x.dim() == 0 ? Shape{} : Shape{d};
+  Shape kshape = reduced_shape(x.shape(), rd, true);
+  Tensor values = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype());
+  Tensor indices = Tensor::empty(values.shape(), kI64);
+  if (Max) cpu::max_dim(x, d, values, indices);
+  else cpu::min_dim(x, d, values, indices);
+  if (needs_grad(x))
+    record(op, {x}, {values}, {indices}, [in = x.shape(), kshape, d](const VjpArgs& a) -> Grads {
+      return {pick_backward(reshape(a.grad(), kshape), reshape(a.saved[0], kshape), in, d)};
+    });
+  return {values, indices};
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
+  return max_min_dim<true>("max", x, dim, keepdim);
+}
+std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
+  return max_min_dim<false>("min", x, dim, keepdim);
+}
+
+namespace {
+
+template <bool Max>
+Tensor arg_dim(const char* op, const Tensor& x, int64_t dim, bool keepdim) {
+  check_defined(op, x);
+  int64_t d = wrap_dim(op, dim, x.dim());
+  check_nonempty_dim(op, x, d);
+  Shape rd = x.dim() == 0 ? Shape{} : Shape{d};
+  Tensor indices = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), kI64);
+  if (Max) cpu::max_dim(x, d, Tensor(), indices);
+  else cpu::min_dim(x, d, Tensor(), indices);
+  return indices;
+}
+
+template <bool Max>
+Tensor arg_all(const char* op, const Tensor& x) {
+  check_defined(op, x);
+  KILN_CHECK(x.numel() > 0, op, "cannot reduce the empty input {} (the reduction has no identity); give a dim",
+             to_string(x.shape()));
+  return reshape(arg_dim<Max>(op, reshape(x.detach(), {-1}), 0, false), Shape{});
+}
+
+}  // namespace
+
+Tensor argmax(const Tensor& x) { return arg_all<true>("argmax", x); }
+Tensor argmin(const Tensor& x) { return arg_all<false>("argmin", x); }
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return arg_dim<true>("argmax", x, dim, keepdim); }
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return arg_dim<false>("argmin", x, dim, keepdim); }
+
+// ---- amax / amin ----
+
+namespace {
+
+template <bool Max>
+Tensor amax_amin(const char* op, const Tensor& x, const Shape& dims, bool keepdim) {
+  check_defined(op, x);
+  Shape rd = reduce_dims(op, x, dims);
+  for (int64_t d : rd) check_nonempty_dim(op, x, d);
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype());
+  if (Max) cpu::amax(x, out, rd);
+  else cpu::amin(x, out, rd);
+  if (needs_grad(x))
+    record(op, {x}, {out}, {x, out}, [rd](const VjpArgs& a) -> Grads {
+      // Shared evenly among the elements equal to the extreme (the NaNs when it is NaN).
+      const Tensor& x = a.saved[0];
+      Tensor ext = expand_back(a.saved[1], x.shape(), rd);
+      Tensor hit = logical_or(eq(x, ext), logical_and(isnan(x), isnan(ext)));
+      Tensor count = sum(hit, rd, /*keepdim=*/true);
+      Tensor g = div(reshape(a.grad(), reduced_shape(x.shape(), rd, true)), count);
+      return {where(hit, g, 0.0)};
+    });
+  return out;
+}
+
+}  // namespace
+
+Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) { return amax_amin<true>("amax", x, dims, keepdim); }
+Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) { return amax_amin<false>("amin", x, dims, keepdim); }
+
+// Full max / min: amax / amin over every dim (ties share the gradient, as
+// PyTorch's max() does).
+Tensor max(const Tensor& x) {
+  check_defined("max", x);
+  KILN_CHECK(x.numel() > 0, "max", "cannot reduce the empty input {} (the reduction has no identity); give a dim",
+             to_string(x.shape()));
+  return amax_amin<true>("max", x, {}, false);
+}
+Tensor min(const Tensor& x) {
+  check_defined("min", x);
+  KILN_CHECK(x.numel() > 0, "min", "cannot reduce the empty input {} (the reduction has no identity); give a dim",
+             to_string(x.shape()));
+  return amax_amin<false>("min", x, {}, false);
+}
+
+// ---- var / std ----
+
+namespace {
+
+void check_floating(const char* op, const Tensor& x) {
+  KILN_CHECK(is_floating(x.dtype()), op, "expects a floating input, got {} {}", name(x.dtype()),
+             to_string(x.shape()));
+}
+
+// d var / d x = 2 (x - mean) / (N - correction), times g.
+Tensor var_backward(const Tensor& g, const Tensor& x, const Shape& rd, int64_t correction) {
+  int64_t n = reduced_numel(x, rd);
+  double k = 2.0 / double(n - correction);
+  Tensor gk = reshape(g, reduced_shape(x.shape(), rd, true));
+  return mul(gk * (x - mean(x, rd, /*keepdim=*/true)), k);
+}
+
+Tensor var_forward(const Tensor& x, const Shape& rd, int64_t correction, bool keepdim) {
+  NoGradGuard no_grad;
+  int64_t n = reduced_numel(x, rd);
+  Tensor dev = x - mean(x, rd, /*keepdim=*/true);
+  // N - correction <= 0 divides by 0 (NaN or inf, as in PyTorch).
+  return div(sum(dev * dev, rd, keepdim), double(std::max<int64_t>(n - correction, 0)));
+}
+
+}  // namespace
+
+Tensor var(const Tensor& x, const Shape& dims, bool unbiased, bool keepdim) {
+  check_defined("var", x);
+  check_floating("var", x);
+  Shape rd = reduce_dims("var", x, dims);
+  int64_t c = unbiased ? 1 : 0;
+  Tensor out = var_forward(x, rd, c, keepdim);
+  if (needs_grad(x))
+    record("var", {x}, {out}, {x}, [rd, c](const VjpArgs& a) -> Grads {
+      return {var_backward(a.grad(), a.saved[0], rd, c)};
+    });
+  return out;
+}
+
+Tensor var(const Tensor& x, bool unbiased) { return var(x, Shape{}, unbiased, false); }
+
+Tensor std(const Tensor& x, const Shape& dims, bool unbiased, bool keepdim) {
+  check_defined("std", x);
+  check_floating("std", x);
+  Shape rd = reduce_dims("std", x, dims);
+  int64_t c = unbiased ? 1 : 0;
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = sqrt(var_forward(x, rd, c, keepdim));
+  }
+  if (needs_grad(x))
+    record("std", {x}, {out}, {x, out}, [rd, c](const VjpArgs& a) -> Grads {
+      // d std = d var / (2 std); 0 where std is 0 (PyTorch's choice).
+      const Tensor& out = a.saved[1];
+      Tensor gv = where(eq(out, 0), 0.0, a.grad() / (out * 2.0));
+      return {var_backward(gv, a.saved[0], rd, c)};
+    });
+  return out;
+}
+
+Tensor std(const Tensor& x, bool unbiased) { return std(x, Shape{}, unbiased, false); }
+
+// ---- norm ----
+
+namespace {
+
+Tensor norm_backward(const Tensor& g0, const Tensor& x, const Tensor& norm0, const Shape& rd, double p) {
+  Shape kshape = reduced_shape(x.shape(), rd, true);
+  Tensor g = reshape(g0, kshape), nrm = reshape(norm0, kshape);
+  if (p == 0) return zeros_like(x);
+  if (p == 1) return sign(x) * g;
+  if (std::isinf(p)) {  // shared among the elements at the extreme |x|
+    Tensor hit = eq(abs(x), nrm);
+    return sign(x) * where(hit, g / sum(hit, rd, /*keepdim=*/true), 0.0);
+  }
+  Tensor at_zero = eq(nrm, 0);
+  if (p == 2) return x * where(at_zero, 0.0, g / nrm);
+  if (p < 1) {
+    Tensor scaled = where(eq(x, 0), 0.0, sign(x) * pow(abs(x), p - 1));
+    return scaled * g * pow(nrm, 1 - p);
+  }
+  Tensor scaled = p < 2 ? sign(x) * pow(abs(x), p - 1) : x * pow(abs(x), p - 2);
+  return scaled * where(at_zero, 0.0, g / pow(nrm, p - 1));
+}
+
+}  // namespace
+
+Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
+  check_defined("norm", x);
+  check_floating("norm", x);
+  KILN_CHECK(!std::isnan(p), "norm", "p must be a number, got nan");
+  Shape rd = reduce_dims("norm", x, dims);
+  if (std::isinf(p) && p < 0)  // min |x| has no identity
+    for (int64_t d : rd) check_nonempty_dim("norm", x, d);
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype());
+  cpu::norm(x, out, rd, p);
+  if (needs_grad(x))
+    record("norm", {x}, {out}, {x, out}, [rd, p](const VjpArgs& a) -> Grads {
+      return {norm_backward(a.grad(), a.saved[0], a.saved[1], rd, p)};
+    });
+  return out;
+}
+
+Tensor norm(const Tensor& x, double p) { return norm(x, p, Shape{}, false); }
+
+// ---- logsumexp ----
+
+Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
+  check_defined("logsumexp", x);
+  Tensor xf = is_floating(x.dtype()) ? x : to(x, kF32);
+  Shape rd = reduce_dims("logsumexp", xf, dims);
+  Shape out_shape = reduced_shape(x.shape(), rd, keepdim);
+  Tensor out = Tensor::empty(out_shape, xf.dtype());
+  if (rd.size() <= 1) {
+    cpu::logsumexp(xf, rd.empty() ? 0 : rd[0], out);
+  } else {
+    // Several dims: move them last and flatten them into one.
+    Shape perm;
+    for (int64_t d = 0, k = 0; d < xf.dim(); ++d) {
+      if (k < int64_t(rd.size()) && rd[size_t(k)] == d) ++k;
+      else perm.push_back(d);
+    }
+    for (int64_t d : rd) perm.push_back(d);
+    Tensor flat = reshape(permute(xf.detach(), perm), {-1, reduced_numel(xf, rd)});
+    cpu::logsumexp(flat, 1, out);
+  }
+  if (needs_grad(xf))
+    record("logsumexp", {xf}, {out}, {xf, out}, [rd](const VjpArgs& a) -> Grads {
+      const Tensor& x = a.saved[0];
+      Shape kshape = reduced_shape(x.shape(), rd, true);
+      return {reshape(a.grad(), kshape) * exp(x - reshape(a.saved[1], kshape))};
+    });
+  return out;
+}
+
+// ---- all / any ----
+
+namespace {
+
+template <bool And>
+Tensor truth(const char* op, const Tensor& x, const Shape& rd, bool keepdim) {
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), kBool);
+  if (And) cpu::all(x, out, rd);
+  else cpu::any(x, out, rd);
+  return out;
+}
+
+}  // namespace
+
+Tensor all(const Tensor& x) {
+  check_defined("all", x);
+  return truth<true>("all", x, reduce_dims("all", x, {}), false);
+}
+Tensor any(const Tensor& x) {
+  check_defined("any", x);
+  return truth<false>("any", x, reduce_dims("any", x, {}), false);
+}
+Tensor all(const Tensor& x, int64_t dim, bool keepdim) {
+  check_defined("all", x);
+  return truth<true>("all", x, reduce_dims("all", x, {dim}), keepdim);
+}
+Tensor any(const Tensor& x, int64_t dim, bool keepdim) {
+  check_defined("any", x);
+  return truth<false>("any", x, reduce_dims("any", x, {dim}), keepdim);
+}
+
+// ---- cumsum ----
+
+Tensor cumsum(const Tensor& x, int64_t dim) {
+  check_defined("cumsum", x);
+  int64_t d = wrap_dim("cumsum", dim, x.dim());
+  Tensor out = Tensor::empty(x.shape(), sum_dtype(x.dtype()));
+  cpu::cumsum(x, d, out);
+  if (needs_grad(x))
+    record("cumsum", {x}, {out}, {}, [d](const VjpArgs& a) -> Grads {
+      // Reverse running sum: sum over j >= i of g_j = total - cumsum + g.
+      const Tensor& g = a.grad();
+      return {sum(g, {d}, /*keepdim=*/true) - cumsum(g, d) + g};
+    });
+  return out;
+}
 
 }  // namespace kiln

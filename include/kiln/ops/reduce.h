@@ -17,7 +17,8 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim = false);
 Tensor prod(const Tensor& x);
 Tensor prod(const Tensor& x, int64_t dim, bool keepdim = false);
 
-/// Largest / smallest element. The gradient goes to the first occurrence.
+/// Largest / smallest element (NaN if any); an empty input is an error. The
+/// gradient is shared evenly among ties, as PyTorch's max() does.
 Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
 /// (values, indices) along dim; indices are i64 and point at the first

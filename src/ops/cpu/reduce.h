@@ -41,6 +41,9 @@ void min_dim(const Tensor& x, int64_t dim, const Tensor& values, const Tensor& i
 /// out = softmax(x) or log_softmax(x) along dim; x floating, out contiguous
 /// with x's shape and dtype.
 void softmax(const Tensor& x, int64_t dim, const Tensor& out, bool log);
+/// out = log(sum(exp(x))) along dim, stable (max subtracted; a row of all
+/// -inf gives -inf); out contiguous with x's shape minus dim, x's dtype.
+void logsumexp(const Tensor& x, int64_t dim, const Tensor& out);
 
 /// out = running sum of x along dim; out contiguous with x's shape, dtype
 /// x's (floating) or i64; floating sums run in f64 like PyTorch's.
@@ -59,7 +62,15 @@ void norm(const Tensor& x, const Tensor& out, const Shape& dims, double p);
 void max_dim(const Tensor& x, int64_t dim, const Tensor& values, const Tensor& indices);
 void min_dim(const Tensor& x, int64_t dim, const Tensor& values, const Tensor& indices);
 void softmax(const Tensor& x, int64_t dim, const Tensor& out, bool log);
+void logsumexp(const Tensor& x, int64_t dim, const Tensor& out);
 void cumsum(const Tensor& x, int64_t dim, const Tensor& out);
 }  // namespace ref
+
+/// x (made contiguous) seen as [outer, n, inner] around `dim`.
+struct Rows {
+  Tensor c;  // contiguous x
+  int64_t outer = 1, n = 1, inner = 1;
+};
+Rows rows_around(const Tensor& x, int64_t dim);
 
 }  // namespace kiln::cpu
