@@ -77,7 +77,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
     // from end, so both endpoints are exact.
     int64_t half = steps / 2;
     for (int64_t i = 0; i < steps; ++i)
-      p[i] = T(i < half ? start + step * double(i) : end - step * double(steps - 1 - i));
+      p[i] = T(i < half || steps == 1 ? start + step * double(i) : end - step * double(steps - 1 - i));
   });
   return finish(t, opts);
 }
