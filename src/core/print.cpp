@@ -134,12 +134,15 @@ std::string body(const Tensor& t, int64_t d, int64_t off, int64_t indent, bool s
     // A row: as many elements per line as fit in the line width.
     int64_t per_line = std::max<int64_t>(1, (kLineWidth - indent) / (f.width() + 2));
     for (size_t i = 0; i < parts.size(); ++i) {
-      if (i > 0) out += int64_t(i) % per_line == 0 ? ",\n" + std::string(size_t(indent + 1), ' ') : ", ";
-      out += parts[i];
+      if (i > 0 && int64_t(i) % per_line == 0) out.append(",\n").append(size_t(indent + 1), ' ');
+      else if (i > 0) out.append(", ");
+      out.append(parts[i]);
     }
   } else {
-    std::string sep = "," + std::string(size_t(ndim - d - 1), '\n') + std::string(size_t(indent + 1), ' ');
-    for (size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (i > 0) out.append(",").append(size_t(ndim - d - 1), '\n').append(size_t(indent + 1), ' ');
+      out.append(parts[i]);
+    }
   }
   return out + "]";
 }
