@@ -288,7 +288,7 @@ void describe(const Geometry& g, const Strides& bs, bool is_out, int64_t R, int6
 }
 
 Entry make_entry(const Geometry& g, DType dt, int64_t a_sm, int64_t a_sk, int64_t b_sk, int64_t b_sn,
-                 const Tensor* bias, DType bias_dt, int64_t bias_stride, float alpha, float beta) {
+                 const Tensor* bias, DType bias_dt, float alpha, float beta) {
   using md = dnnl::memory::desc;
   dnnl::memory::dims ad, as, bd, bs, od, os;
   describe(g, g.a_bs, false, g.M, g.K, a_sm, a_sk, ad, as);
@@ -296,9 +296,10 @@ Entry make_entry(const Geometry& g, DType dt, int64_t a_sm, int64_t a_sk, int64_
   describe(g, g.o_bs, true, g.M, g.N, g.o_sm, g.o_sn, od, os);
   md a_md(ad, dnnl_type(dt), as), b_md(bd, dnnl_type(dt), bs), o_md(od, dnnl_type(dt), os), bias_md;
   if (bias) {
-    dnnl::memory::dims dd(od.size(), 1), ds(od.size(), g.N * bias_stride);
+    // [1, ..., 1, N], dense: oneDNN's kernels ignore bias strides.
+    dnnl::memory::dims dd(od.size(), 1), ds(od.size(), g.N);
     dd.back() = g.N;
-    ds.back() = bias_stride;
+    ds.back() = 1;
     bias_md = md(dd, dnnl_type(bias_dt), ds);
   }
   dnnl::primitive_attr attr;
@@ -331,13 +332,11 @@ bool run_dnnl(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor&
   fix_unit_strides(g.K, g.N, b_sk, b_sn);
   const DType dt = out.dtype();
   const DType bias_dt = ep.bias ? ep.bias->dtype() : dt;
-  const int64_t bias_stride = ep.bias && g.N > 1 ? ep.bias->strides()[0] : 1;
   const float alpha = ep.alpha.to<float>(), beta = ep.beta.to<float>();
 
   Key key;
   key.push(int64_t(dt) | int64_t(bias_dt) << 8 | int64_t(ep.bias != nullptr) << 16);
   key.push(int64_t(std::bit_cast<uint32_t>(alpha)) << 32 | std::bit_cast<uint32_t>(beta));
-  key.push(bias_stride);
   for (int64_t x : {g.M, g.K, g.N, a_sm, a_sk, b_sk, b_sn, g.o_sm, g.o_sn}) key.push(x);
   for (size_t d = 0; d < g.batch.size(); ++d) {
     key.push(g.batch[d]);
@@ -347,7 +346,7 @@ bool run_dnnl(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor&
   }
 
   Entry* e = cache().find(key);
-  if (!e) e = cache().insert(key, make_entry(g, dt, a_sm, a_sk, b_sk, b_sn, ep.bias, bias_dt, bias_stride, alpha, beta));
+  if (!e) e = cache().insert(key, make_entry(g, dt, a_sm, a_sk, b_sk, b_sn, ep.bias, bias_dt, alpha, beta));
   if (e->impl.rfind("ref", 0) == 0) return false;
   last_impl() = e->impl;
 
@@ -400,7 +399,7 @@ void matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out_in, const 
     if (ep.beta.to_double() != 0.0) copy(out_in, out);
     copied = true;
   }
-  if (bias && bias->strides()[0] <= 0 && bias->numel() > 1) {
+  if (bias && bias->strides()[0] != 1 && bias->numel() > 1) {  // oneDNN reads the bias densely
     bias_copy = contiguous_copy(*bias);
     bias = &bias_copy;
   }
