@@ -1,0 +1,357 @@
+// Tests of the unary ops and activations of kiln/ops/unary.h: PyTorch goldens
+// (f32, special values, integer/f64/bf16 inputs), the fast kernels against
+// cpu::ref on awkward layouts, gradchecks in f64 away from kinks, in-place
+// forms and error messages.
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include "src/ops/cpu/elementwise.h"
+#include "tests/support/test_util.h"
+
+namespace kiln {
+namespace {
+
+using testing::all_close;
+using testing::equal;
+using testing::golden;
+using testing::golden_tensor;
+using testing::leaf;
+using testing::noncontiguous;
+
+// ---------------------------------------------------------------------------
+// Goldens
+// ---------------------------------------------------------------------------
+
+using Op = std::function<Tensor(const Tensor&, const std::vector<double>&)>;
+
+const std::map<std::string, Op>& unary_ops() {
+  static const std::map<std::string, Op> ops = {
+      {"neg", [](auto& x, auto&) { return neg(x); }},
+      {"abs", [](auto& x, auto&) { return abs(x); }},
+      {"exp", [](auto& x, auto&) { return exp(x); }},
+      {"log", [](auto& x, auto&) { return log(x); }},
+      {"log1p", [](auto& x, auto&) { return log1p(x); }},
+      {"expm1", [](auto& x, auto&) { return expm1(x); }},
+      {"sqrt", [](auto& x, auto&) { return sqrt(x); }},
+      {"rsqrt", [](auto& x, auto&) { return rsqrt(x); }},
+      {"square", [](auto& x, auto&) { return square(x); }},
+      {"reciprocal", [](auto& x, auto&) { return reciprocal(x); }},
+      {"sin", [](auto& x, auto&) { return sin(x); }},
+      {"cos", [](auto& x, auto&) { return cos(x); }},
+      {"tanh", [](auto& x, auto&) { return tanh(x); }},
+      {"sigmoid", [](auto& x, auto&) { return sigmoid(x); }},
+      {"erf", [](auto& x, auto&) { return erf(x); }},
+      {"relu", [](auto& x, auto&) { return relu(x); }},
+      {"gelu", [](auto& x, auto&) { return gelu(x); }},
+      {"gelu_tanh", [](auto& x, auto&) { return gelu(x, GeluApproximation::tanh); }},
+      {"silu", [](auto& x, auto&) { return silu(x); }},
+      {"softplus", [](auto& x, auto&) { return softplus(x); }},
+      {"softplus_bt", [](auto& x, auto& p) { return softplus(x, p[0], p[1]); }},
+      {"leaky_relu", [](auto& x, auto& p) { return leaky_relu(x, p[0]); }},
+      {"sign", [](auto& x, auto&) { return sign(x); }},
+      {"floor", [](auto& x, auto&) { return floor(x); }},
+      {"ceil", [](auto& x, auto&) { return ceil(x); }},
+      {"round", [](auto& x, auto&) { return round(x); }},
+      {"clamp_min", [](auto& x, auto& p) { return clamp_min(x, p[0]); }},
+      {"clamp_max", [](auto& x, auto& p) { return clamp_max(x, p[0]); }},
+  };
+  return ops;
+}
+
+TEST(UnaryGolden, MatchesTorch) {
+  const auto& file = golden("elementwise_unary");
+  int n = 0;
+  for (const auto& c : file.at("cases")) {
+    std::string op = c.at("op");
+    const auto& args = c.at("args");
+    Tensor x = golden_tensor(file.at("inputs").at(args[0].get<std::string>()));
+    Tensor want = golden_tensor(c.at("out"));
+    std::vector<double> p;
+    std::vector<Scalar> ps;  // the numbers with their kind, for clamp
+    for (size_t i = 1; i < args.size(); ++i) {
+      p.push_back(args[i].get<double>());
+      ps.push_back(args[i].is_number_integer() ? Scalar(args[i].get<int64_t>()) : Scalar(args[i].get<double>()));
+    }
+    // Transcendentals in f32 may differ from torch's vectorized versions by an ulp or two.
+    double rtol = want.dtype() == kBF16 ? 1e-2 : want.dtype() == kF64 ? 1e-12 : 4e-6;
+    for (bool nc : {false, true}) {
+      Tensor in = nc ? noncontiguous(x) : x;
+      Tensor got;
+      if (op == "clamp") got = clamp(in, ps[0], ps[1]);
+      else if (op == "clamp_min") got = clamp_min(in, ps[0]);
+      else if (op == "clamp_max") got = clamp_max(in, ps[0]);
+      else {
+        auto it = unary_ops().find(op);
+        ASSERT_NE(it, unary_ops().end()) << "no kiln op for golden case " << op;
+        got = it->second(in, p);
+      }
+      EXPECT_EQ(got.dtype(), want.dtype()) << op << " " << args.dump();
+      EXPECT_TRUE(all_close(got, want, rtol, 1e-6)) << op << " " << args.dump() << (nc ? " (non-contiguous)" : "");
+    }
+    ++n;
+  }
+  EXPECT_GT(n, 50);
+}
+
+TEST(Unary, RoundIsHalfToEvenAndIntegersKeepDtype) {
+  EXPECT_TRUE(equal(round(tensor<float>({-2.5f, -1.5f, -0.5f, 0.5f, 1.5f, 2.5f})),
+                    tensor<float>({-2, -2, -0.f, 0, 2, 2})));
+  Tensor i = tensor<int64_t>({-3, 0, 4});
+  EXPECT_EQ(abs(i).dtype(), kI64);
+  EXPECT_EQ(relu(i).dtype(), kI64);
+  EXPECT_EQ(clamp(i, 0, 2).dtype(), kI64);
+  EXPECT_EQ(clamp(i, 0.5, 2).dtype(), kF32);
+  EXPECT_EQ(exp(i).dtype(), kF32);
+  EXPECT_EQ(gelu(to(i, kI32)).dtype(), kF32);
+  EXPECT_EQ(sign(tensor<int32_t>({-7, 0, 9})).dtype(), kI32);
+  EXPECT_TRUE(equal(sign(tensor<int32_t>({-7, 0, 9})), tensor<int32_t>({-1, 0, 1})));
+}
+
+TEST(Unary, SoftplusThresholdAndClampOrder) {
+  // Above threshold softplus is the identity; below it log1p(exp(beta x)) / beta.
+  Tensor x = tensor<double>({-1, 0.5, 30});
+  Tensor y = softplus(x, 2.0, 20.0);
+  EXPECT_NEAR(y[0].item<double>(), std::log1p(std::exp(-2.0)) / 2, 1e-15);
+  EXPECT_NEAR(y[1].item<double>(), std::log1p(std::exp(1.0)) / 2, 1e-15);
+  EXPECT_EQ(y[2].item<double>(), 30.0);
+  // min > max: everything becomes max (like torch).
+  EXPECT_TRUE(equal(clamp(tensor<float>({-5, 0, 5}), 2, 1), tensor<float>({1, 1, 1})));
+  EXPECT_TRUE(isnan(clamp(tensor<float>({NAN}), 0, 1)).item<bool>());
+}
+
+// ---------------------------------------------------------------------------
+// Fast kernels against the ref loops
+// ---------------------------------------------------------------------------
+
+Tensor random_of(const Shape& shape, DType t, uint64_t seed) {
+  Generator gen(seed);
+  if (t == kBool) return gt(rand(shape, gen), 0.5);
+  if (!is_floating(t)) return to(randint(-6, 7, shape, gen), t);
+  Tensor x = mul(sub(rand(shape, gen, {.dtype = kF64}), 0.5), 8.0);
+  return to(where(lt(abs(x), 0.3), round(x), x), t);
+}
+
+bool float_only(cpu::UnaryOp op) { return op >= cpu::UnaryOp::exp && op <= cpu::UnaryOp::leaky_relu; }
+
+std::vector<std::pair<const char*, std::function<Tensor(DType, uint64_t)>>> layouts() {
+  return {
+      {"contiguous", [](DType t, uint64_t s) { return random_of({4, 5}, t, s); }},
+      {"scalar", [](DType t, uint64_t s) { return random_of({}, t, s); }},
+      {"transposed", [](DType t, uint64_t s) { return transpose(random_of({3, 4, 5}, t, s), 0, 2); }},
+      {"stepped", [](DType t, uint64_t s) { return slice(random_of({5, 11}, t, s), 1, 1, 11, 3); }},
+      {"expanded", [](DType t, uint64_t s) { return expand(random_of({3, 1}, t, s), {3, 6}); }},
+      {"large", [](DType t, uint64_t s) { return random_of({40000, 2}, t, s); }},
+  };
+}
+
+TEST(UnaryKernel, FastMatchesRefForEveryOp) {
+  for (int k = 0; k < cpu::kNumUnaryOps; ++k) {
+    auto op = cpu::UnaryOp(k);
+    cpu::OpParams p = op == cpu::UnaryOp::softplus ? cpu::OpParams{1.5, 2.0}
+                      : op == cpu::UnaryOp::leaky_relu ? cpu::OpParams{0.2, 0}
+                                                       : cpu::OpParams{};
+    for (DType t : {kF32, kF64, kBF16, kI64, kI32, kU8, kBool}) {
+      if (float_only(op) && !is_floating(t)) continue;
+      for (const auto& [lname, make] : layouts()) {
+        Tensor x = make(t, 30 + k);
+        DType ot = cpu::is_predicate(op) ? kBool : t;
+        Tensor fast = empty(x.shape(), {.dtype = ot}), slow = empty(x.shape(), {.dtype = ot});
+        cpu::unary(op, fast, x, p);
+        cpu::ref::unary(op, slow, x, p);
+        EXPECT_TRUE(equal(fast, slow)) << "unary op #" << k << " " << name(t) << " " << lname;
+      }
+    }
+  }
+}
+
+TEST(UnaryKernel, ClampFastMatchesRef) {
+  for (DType t : {kF32, kF64, kBF16, kI64, kU8}) {
+    for (const auto& [lname, make] : layouts()) {
+      Tensor x = make(t, 3);
+      for (auto [lo, hi] : {std::pair<std::optional<Scalar>, std::optional<Scalar>>{-1, 2},
+                            {std::nullopt, 1}, {0, std::nullopt}, {3, -3}}) {
+        Tensor fast = empty(x.shape(), {.dtype = t}), slow = empty(x.shape(), {.dtype = t});
+        cpu::clamp(fast, x, lo, hi);
+        cpu::ref::clamp(slow, x, lo, hi);
+        EXPECT_TRUE(equal(fast, slow)) << name(t) << " " << lname;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Gradchecks (f64)
+// ---------------------------------------------------------------------------
+
+/// Moves every element of the leaf x at least `gap` away from each point.
+Tensor away_from(Tensor x, std::vector<double> points, double gap = 0.05) {
+  NoGradGuard g;
+  double* p = x.data<double>();
+  for (int64_t i = 0; i < x.numel(); ++i)
+    for (double c : points)
+      if (std::abs(p[i] - c) < gap) p[i] = p[i] >= c ? c + gap : c - gap;
+  return x;
+}
+
+const std::vector<Shape> kShapes = {{}, {5}, {3, 4}, {2, 3, 4}};
+
+template <class F>
+void gradcheck_unary(const char* what, F f, double lo = -2, double hi = 2, std::vector<double> kinks = {}) {
+  uint64_t seed = 200;
+  for (const Shape& s : kShapes) {
+    Tensor x = away_from(leaf(s, ++seed, lo, hi), kinks);
+    auto fn = [&](const std::vector<Tensor>& in) { return f(in[0]); };
+    EXPECT_GRADCHECK(fn, {x});
+    EXPECT_GRADCHECK(fn, {noncontiguous(x)});
+    if (::testing::Test::HasFailure()) {
+      ADD_FAILURE() << what << " shape " << to_string(s);
+      return;
+    }
+  }
+}
+
+TEST(UnaryGrad, Math) {
+  gradcheck_unary("neg", [](const Tensor& x) { return neg(x); });
+  gradcheck_unary("abs", [](const Tensor& x) { return abs(x); }, -2, 2, {0});
+  gradcheck_unary("exp", [](const Tensor& x) { return exp(x); });
+  gradcheck_unary("log", [](const Tensor& x) { return log(x); }, 0.2, 3);
+  gradcheck_unary("log1p", [](const Tensor& x) { return log1p(x); }, -0.5, 3);
+  gradcheck_unary("expm1", [](const Tensor& x) { return expm1(x); });
+  gradcheck_unary("sqrt", [](const Tensor& x) { return sqrt(x); }, 0.2, 3);
+  gradcheck_unary("rsqrt", [](const Tensor& x) { return rsqrt(x); }, 0.2, 3);
+  gradcheck_unary("square", [](const Tensor& x) { return square(x); });
+  gradcheck_unary("reciprocal", [](const Tensor& x) { return reciprocal(x); }, 0.3, 3);
+  gradcheck_unary("sin", [](const Tensor& x) { return sin(x); });
+  gradcheck_unary("cos", [](const Tensor& x) { return cos(x); });
+  gradcheck_unary("erf", [](const Tensor& x) { return erf(x); });
+}
+
+TEST(UnaryGrad, Activations) {
+  gradcheck_unary("tanh", [](const Tensor& x) { return tanh(x); });
+  gradcheck_unary("sigmoid", [](const Tensor& x) { return sigmoid(x); });
+  gradcheck_unary("relu", [](const Tensor& x) { return relu(x); }, -2, 2, {0});
+  gradcheck_unary("gelu", [](const Tensor& x) { return gelu(x); }, -3, 3);
+  gradcheck_unary("gelu tanh", [](const Tensor& x) { return gelu(x, GeluApproximation::tanh); }, -3, 3);
+  gradcheck_unary("silu", [](const Tensor& x) { return silu(x); }, -3, 3);
+  gradcheck_unary("softplus", [](const Tensor& x) { return softplus(x); }, -3, 3);
+  gradcheck_unary("softplus beta threshold", [](const Tensor& x) { return softplus(x, 2.0, 1.0); }, -3, 3, {0.5});
+  gradcheck_unary("leaky_relu", [](const Tensor& x) { return leaky_relu(x, 0.1); }, -2, 2, {0});
+}
+
+TEST(UnaryGrad, ClampAndZeroGradientOps) {
+  gradcheck_unary("clamp", [](const Tensor& x) { return clamp(x, -0.5, 0.5); }, -1, 1, {-0.5, 0.5});
+  gradcheck_unary("clamp_min", [](const Tensor& x) { return clamp_min(x, 0.25); }, -1, 1, {0.25});
+  gradcheck_unary("clamp_max", [](const Tensor& x) { return clamp_max(x, 0.25); }, -1, 1, {0.25});
+  // Gradient passes where min <= x <= max, boundaries included (like torch).
+  Tensor x = tensor<double>({-1, 0, 0.5, 1, 2}).requires_grad_(true);
+  sum(clamp(x, 0, 1)).backward();
+  EXPECT_TRUE(equal(x.grad(), tensor<double>({0, 1, 1, 1, 0})));
+  for (auto f : {+[](const Tensor& t) { return sign(t); }, +[](const Tensor& t) { return floor(t); },
+                 +[](const Tensor& t) { return ceil(t); }, +[](const Tensor& t) { return round(t); }}) {
+    Tensor y = leaf({4}, 3, -2, 2);
+    Tensor out = f(y);
+    EXPECT_TRUE(out.requires_grad());
+    sum(out).backward();
+    EXPECT_TRUE(equal(y.grad(), zeros({4}, {.dtype = kF64})));
+  }
+}
+
+TEST(UnaryGrad, SecondOrderThroughFusedVjps) {
+  // create_graph switches the fused backward kernels to differentiable formulas.
+  auto second = [](Tensor (*f)(const Tensor&)) {
+    return [f](const std::vector<Tensor>& x) {
+      EnableGradGuard on;  // gradcheck evaluates under NoGradGuard
+      auto g = grad({sum(f(x[0]))}, {x[0]}, {}, true, true);
+      return g[0];
+    };
+  };
+  std::vector<Tensor> in = {leaf({6}, 9, -2, 2)};
+  EXPECT_GRADCHECK(second([](const Tensor& x) { return tanh(x); }), in);
+  EXPECT_GRADCHECK(second([](const Tensor& x) { return sigmoid(x); }), in);
+  EXPECT_GRADCHECK(second([](const Tensor& x) { return gelu(x); }), in);
+  EXPECT_GRADCHECK(second([](const Tensor& x) { return gelu(x, GeluApproximation::tanh); }), in);
+  EXPECT_GRADCHECK(second([](const Tensor& x) { return silu(x); }), in);
+  EXPECT_GRADCHECK(second([](const Tensor& x) { return softplus(x); }), in);
+  EXPECT_GRADCHECK(second([](const Tensor& x) { return exp(x); }), in);
+  EXPECT_GRADCHECK(second([](const Tensor& x) { return sin(x); }), in);
+  std::vector<Tensor> pos = {leaf({6}, 9, 0.5, 2)};
+  EXPECT_GRADCHECK(second([](const Tensor& x) { return sqrt(x); }), pos);
+  EXPECT_GRADCHECK(second([](const Tensor& x) { return rsqrt(x); }), pos);
+  EXPECT_GRADCHECK(second([](const Tensor& x) { return log(x); }), pos);
+}
+
+TEST(UnaryGrad, FusedBackwardMatchesComposedFormulas) {
+  // Without create_graph the fused kernels run; compare them with the
+  // composed path at many points, in f32 and f64.
+  for (DType t : {kF64, kF32}) {
+    Tensor x = to(mul(sub(arange(0, 101, 1, {.dtype = kF64}), 50), 0.1), t).requires_grad_(true);
+    for (auto f : {+[](const Tensor& v) { return gelu(v); },
+                   +[](const Tensor& v) { return gelu(v, GeluApproximation::tanh); },
+                   +[](const Tensor& v) { return silu(v); }, +[](const Tensor& v) { return softplus(v, 1.5, 2.0); },
+                   +[](const Tensor& v) { return tanh(v); }, +[](const Tensor& v) { return sigmoid(v); },
+                   +[](const Tensor& v) { return leaky_relu(v, 0.2); }}) {
+      Tensor fused = grad({sum(f(x))}, {x})[0];
+      Tensor composed = grad({sum(f(x))}, {x}, {}, true, /*create_graph=*/true)[0];
+      EXPECT_TRUE(all_close(fused.detach(), composed.detach(), t == kF64 ? 1e-12 : 1e-5, 1e-6));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// In place
+// ---------------------------------------------------------------------------
+
+TEST(UnaryInplace, ValuesVersionsAndGradients) {
+  Tensor x = tensor<float>({-1, 0.25f, 4});
+  uint64_t v0 = x.storage()->version();
+  relu_(x);
+  EXPECT_TRUE(equal(x, tensor<float>({0, 0.25f, 4})));
+  sqrt_(x);
+  EXPECT_TRUE(equal(x, tensor<float>({0, 0.5f, 2})));
+  neg_(x);
+  clamp_(x, -1, std::nullopt);
+  exp_(x);
+  EXPECT_TRUE(all_close(x, exp(tensor<float>({0, -0.5f, -1}))));
+  EXPECT_EQ(x.storage()->version(), v0 + 5);
+
+  // Ops that save their output (relu_, sqrt_, exp_) must come last, as in torch.
+  auto chain = [](Tensor (*last)(const Tensor&)) {
+    return [last](const std::vector<Tensor>& in) {
+      Tensor y = mul(in[0], 1.5);
+      neg_(y);
+      clamp_(y, -1.2, 0.9);
+      add_(y, 0.5);
+      return last(y);
+    };
+  };
+  Tensor x0 = away_from(leaf({3, 4}, 4, -1, 1), {0.8, -0.6, 1.0 / 3});
+  EXPECT_GRADCHECK(chain([](const Tensor& y) { return relu_(y); }), {x0});
+  EXPECT_GRADCHECK(chain([](const Tensor& y) { return exp_(y); }), {x0});
+  EXPECT_GRADCHECK(chain([](const Tensor& y) { return sqrt_(add_(y, 1.0)); }), {x0});
+  Tensor y = mul(leaf({3}, 5), 2.0);
+  relu_(y);
+  add_(y, 1);
+  EXPECT_KILN_ERROR(sum(y).backward(), "saved by 'relu_' was modified in place");
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+TEST(UnaryErrors, Messages) {
+  EXPECT_KILN_ERROR(neg(tensor<bool>({true})), "[neg] negation of a bool tensor of shape [1] is not supported");
+  EXPECT_KILN_ERROR(exp(Tensor()), "[exp] x is an undefined tensor");
+  EXPECT_KILN_ERROR(clamp(zeros({2}), std::nullopt, std::nullopt), "[clamp] at least one of min and max must be given");
+  EXPECT_KILN_ERROR(softplus(zeros({2}), 0.0), "[softplus] beta must be nonzero");
+  Tensor i = tensor<int64_t>({1, 4});
+  EXPECT_KILN_ERROR(sqrt_(i), "[sqrt_] result type f32 can't be cast to the desired output type i64");
+  EXPECT_KILN_ERROR(clamp_(i, 0.5, 2), "[clamp_] result type f32 can't be cast to the desired output type i64");
+  EXPECT_TRUE(equal(i, tensor<int64_t>({1, 4})));
+  Tensor w = leaf({2}, 1);
+  EXPECT_KILN_ERROR(relu_(w), "[relu_] a leaf tensor of shape [2] that requires grad cannot be modified in place");
+  EXPECT_KILN_ERROR(exp_(expand(zeros({1}), {4})), "[exp_] more than one element of the written-to tensor");
+}
+
+}  // namespace
+}  // namespace kiln
