@@ -220,6 +220,7 @@ TEST(BinaryKernel, FastMatchesRefForEveryOp) {
                         : op == cpu::BinaryOp::add || op == cpu::BinaryOp::sub ? cpu::OpParams{2, 0}
                                                                                 : cpu::OpParams{};
       for (const Layout& l : layouts()) {
+        if (std::string(l.name) == "large" && t != kF32) continue;  // chunking does not depend on dtype
         Tensor a = l.a(t, 11 + k), b = l.b(t, 17 + k);
         if (op == cpu::BinaryOp::pow && is_floating(t)) a = abs(a);
         Shape s = broadcast_shapes("test", a.shape(), b.shape());

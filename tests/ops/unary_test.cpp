@@ -154,6 +154,7 @@ TEST(UnaryKernel, FastMatchesRefForEveryOp) {
     for (DType t : {kF32, kF64, kBF16, kI64, kI32, kU8, kBool}) {
       if (float_only(op) && !is_floating(t)) continue;
       for (const auto& [lname, make] : layouts()) {
+        if (std::string(lname) == "large" && t != kF32) continue;  // chunking does not depend on dtype
         Tensor x = make(t, 30 + k);
         DType ot = cpu::is_predicate(op) ? kBool : t;
         Tensor fast = empty(x.shape(), {.dtype = ot}), slow = empty(x.shape(), {.dtype = ot});
