@@ -39,9 +39,9 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
     dtype = promote_types(dtype, xs[i].dtype());
     if (first < 0 && !skipped_in_cat(xs[i])) first = int64_t(i);
   }
-  if (first < 0) return Tensor::empty({0}, dtype, xs[0].device());
-  const Tensor& ref = xs[size_t(first)];
-  int64_t d = wrap_dim("cat", dim, ref.dim());
+  // When every input is skipped the result is an empty [0] like them.
+  const Tensor& ref = xs[size_t(std::max<int64_t>(first, 0))];
+  int64_t d = first < 0 ? 0 : wrap_dim("cat", dim, ref.dim());
   Shape s = ref.shape();
   s[size_t(d)] = 0;
   std::vector<Tensor> used;

@@ -38,6 +38,8 @@ TEST(Cat, MatchesTorch) {
   EXPECT_TRUE(equal(cat({c, to(c, kI64)}, 0), j("cat_int_int")));
   EXPECT_EQ(cat({e, e}).shape(), Shape({0}));
   EXPECT_EQ(cat({e, to(e, kF64)}).dtype(), kF64);
+  Tensor grad_e = zeros({0}, {.requires_grad = true});
+  EXPECT_TRUE(cat({grad_e, e}).requires_grad());
 }
 
 TEST(Cat, LargeAndMixedLayoutsMatchNarrowedOutput) {
