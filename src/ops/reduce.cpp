@@ -340,6 +340,13 @@ Tensor std(const Tensor& x, const Shape& dims, bool unbiased, bool keepdim) {
 
 Tensor std(const Tensor& x, bool unbiased) { return std(x, Shape{}, unbiased, false); }
 
+Tensor var(const Tensor& x, std::initializer_list<int64_t> dims, bool unbiased, bool keepdim) {
+  return var(x, Shape(dims), unbiased, keepdim);
+}
+Tensor std(const Tensor& x, std::initializer_list<int64_t> dims, bool unbiased, bool keepdim) {
+  return std(x, Shape(dims), unbiased, keepdim);
+}
+
 // ---- norm ----
 
 namespace {

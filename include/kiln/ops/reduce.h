@@ -2,6 +2,7 @@
 // reduced dims with size 1. Integer/bool sums give i64, as in PyTorch.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <utility>
 
@@ -39,6 +40,9 @@ Tensor var(const Tensor& x, bool unbiased = true);
 Tensor var(const Tensor& x, const Shape& dims, bool unbiased = true, bool keepdim = false);
 Tensor std(const Tensor& x, bool unbiased = true);
 Tensor std(const Tensor& x, const Shape& dims, bool unbiased = true, bool keepdim = false);
+/// var(x, {1}) and std(x, {1}) select these, not the bool overloads above.
+Tensor var(const Tensor& x, std::initializer_list<int64_t> dims, bool unbiased = true, bool keepdim = false);
+Tensor std(const Tensor& x, std::initializer_list<int64_t> dims, bool unbiased = true, bool keepdim = false);
 /// p-norm (p = 2 by default; inf for max-abs); over all dims or `dims`.
 Tensor norm(const Tensor& x, double p = 2.0);
 Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim = false);

@@ -47,27 +47,33 @@ A row_max(const T* p, int64_t n) {
 }
 
 // sum(exp(p - m)) over n contiguous elements; also writes the exps into e
-// when e is not null (e may alias nothing else).
+// when e is not null. Lanes add blocks of kBlock elements in A, the block
+// sums add in f64, so f32 rows of any length stay accurate.
 template <class T, class A = acc_t<T>>
 A row_exp_sum(const T* p, int64_t n, A m, T* e) {
   constexpr int L = 16;
-  A lane[L] = {};
-  int64_t i = 0;
-  for (; i + L <= n; i += L)
-    for (int k = 0; k < L; ++k) {
-      A v = vexp(A(p[i + k]) - m);
-      if (e) e[i + k] = T(v);
-      lane[k] += v;
+  constexpr int64_t kBlock = 1024;
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t hi = std::min(n, b + kBlock);
+    A lane[L] = {};
+    int64_t i = b;
+    for (; i + L <= hi; i += L)
+      for (int k = 0; k < L; ++k) {
+        A v = vexp(A(p[i + k]) - m);
+        if (e) e[i + k] = T(v);
+        lane[k] += v;
+      }
+    for (; i < hi; ++i) {
+      A v = vexp(A(p[i]) - m);
+      if (e) e[i] = T(v);
+      lane[0] += v;
     }
-  A s = 0;
-  for (; i < n; ++i) {
-    A v = vexp(A(p[i]) - m);
-    if (e) e[i] = T(v);
-    s += v;
+    for (int w = L / 2; w >= 1; w /= 2)
+      for (int k = 0; k < w; ++k) lane[k] += lane[k + w];
+    total += double(lane[0]);
   }
-  for (int w = L / 2; w >= 1; w /= 2)
-    for (int k = 0; k < w; ++k) lane[k] += lane[k + w];
-  return s + lane[0];
+  return A(total);
 }
 
 // softmax (Log = false) or log_softmax of one contiguous row.
@@ -92,15 +98,13 @@ template <class T, bool Log, int W>
 void softmax_tile(const T* x, T* out, int64_t n, int64_t inner, int g) {
   using A = acc_t<T>;
   A m[W], s[W];
-  for (int j = 0; j < W; ++j) {
-    m[j] = -std::numeric_limits<A>::infinity();
-    s[j] = 0;
-  }
+  double sum[W] = {};  // f64: long columns stay accurate
+  for (int j = 0; j < W; ++j) m[j] = -std::numeric_limits<A>::infinity();
   for (int64_t r = 0; r < n; ++r)
     for (int j = 0; j < g; ++j) m[j] = max_nan(m[j], A(x[r * inner + j]));
   for (int64_t r = 0; r < n; ++r)
-    for (int j = 0; j < g; ++j) s[j] += vexp(A(x[r * inner + j]) - m[j]);
-  for (int j = 0; j < g; ++j) s[j] = Log ? m[j] + std::log(s[j]) : A(1) / s[j];
+    for (int j = 0; j < g; ++j) sum[j] += double(vexp(A(x[r * inner + j]) - m[j]));
+  for (int j = 0; j < g; ++j) s[j] = Log ? m[j] + A(std::log(sum[j])) : A(1.0 / sum[j]);
   for (int64_t r = 0; r < n; ++r)
     for (int j = 0; j < g; ++j) {
       A v = A(x[r * inner + j]);
@@ -176,15 +180,15 @@ void logsumexp(const Tensor& x, int64_t dim, const Tensor& out) {
           int64_t o = u / tiles, t = u % tiles;
           int g = int(std::min<int64_t>(W, R.inner - t * W));
           const T* base = xp + o * R.n * R.inner + t * W;
-          A m[W], s[W] = {};
+          A m[W], shift[W];
+          double s[W] = {};
           for (int j = 0; j < W; ++j) m[j] = -std::numeric_limits<A>::infinity();
           for (int64_t r = 0; r < R.n; ++r)
             for (int j = 0; j < g; ++j) m[j] = max_nan(m[j], A(base[r * R.inner + j]));
-          for (int j = 0; j < g; ++j) {
-            A shift = std::isinf(m[j]) ? A(0) : m[j];
-            for (int64_t r = 0; r < R.n; ++r) s[j] += vexp(A(base[r * R.inner + j]) - shift);
-          }
-          for (int j = 0; j < g; ++j) op[o * R.inner + t * W + j] = T(lse_finish(m[j], s[j]));
+          for (int j = 0; j < W; ++j) shift[j] = std::isinf(m[j]) ? A(0) : m[j];
+          for (int64_t r = 0; r < R.n; ++r)
+            for (int j = 0; j < g; ++j) s[j] += double(vexp(A(base[r * R.inner + j]) - shift[j]));
+          for (int j = 0; j < g; ++j) op[o * R.inner + t * W + j] = T(lse_finish(m[j], A(s[j])));
         }
       });
     }
