@@ -1,0 +1,171 @@
+// kiln's half of bench/run: times kiln ops, oneDNN called directly (the
+// floor for kiln's matmul wrapper) and the FMA peak, and prints one JSON
+// line per measurement: {"bench", "metric", "unit", "value"}. bench/run joins
+// these with bench/torch_bench.py's lines.
+//
+//   kiln_bench [--reps N] [NAME...]   NAME: a bench name or a prefix of one
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+double fma_peak_gflops(int threads, int64_t iters);  // fma_probe.cpp
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int g_reps = 7;  // repetitions per figure; each figure is their median
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Median over g_reps repetitions of the seconds one call of fn takes; each
+// repetition runs enough calls to last about `rep_seconds`.
+template <class F>
+double seconds_per_call(F&& fn, double rep_seconds) {
+  for (int i = 0; i < 3; ++i) fn();  // warm-up: caches, primitives, pages
+  int64_t calls = 1;
+  for (;;) {  // calibrate
+    auto t0 = Clock::now();
+    for (int64_t i = 0; i < calls; ++i) fn();
+    double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (sec >= rep_seconds / 4 || calls >= (int64_t(1) << 30)) {
+      calls = std::max<int64_t>(1, int64_t(double(calls) * rep_seconds / std::max(sec, 1e-9)));
+      break;
+    }
+    calls *= 4;
+  }
+  std::vector<double> per_call;
+  for (int r = 0; r < g_reps; ++r) {
+    auto t0 = Clock::now();
+    for (int64_t i = 0; i < calls; ++i) fn();
+    per_call.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / double(calls));
+  }
+  return median(per_call);
+}
+
+void emit(const std::string& bench, const char* metric, const char* unit, double value) {
+  std::printf("{\"bench\": \"%s\", \"metric\": \"%s\", \"unit\": \"%s\", \"value\": %.6g}\n", bench.c_str(), metric,
+              unit, value);
+  std::fflush(stdout);
+}
+
+// ---- eager add on [1, 10] ----
+
+void bench_add(const std::string& name, bool requires_grad) {
+  kiln::Generator gen(0);
+  kiln::Tensor a = kiln::randn({1, 10}, gen), b = kiln::randn({1, 10}, gen);
+  if (requires_grad) a.requires_grad_(true);
+  // Each call makes a fresh output (and, with grad, a graph node) and drops
+  // it, as `torch.add(a, b)` does in a Python loop.
+  double sec = seconds_per_call([&] { kiln::Tensor c = kiln::add(a, b); }, 0.1);
+  emit(name, "time", "us/op", sec * 1e6);
+}
+
+// ---- matmul ----
+
+struct MatmulShape {
+  int64_t M, K, N;
+};
+
+double gflops(const MatmulShape& s, double sec) { return 2.0 * double(s.M * s.K * s.N) / sec * 1e-9; }
+
+// kiln::matmul(a, b) on contiguous f32 operands (allocating its output).
+double kiln_matmul_gflops(const MatmulShape& s) {
+  kiln::Generator gen(1);
+  kiln::Tensor a = kiln::randn({s.M, s.K}, gen), b = kiln::randn({s.K, s.N}, gen);
+  double sec = seconds_per_call([&] { kiln::Tensor c = kiln::matmul(a, b); }, 0.2);
+  return gflops(s, sec);
+}
+
+// The same product straight through oneDNN: one primitive, preallocated
+// buffers, no kiln code on the path.
+double onednn_matmul_gflops(const MatmulShape& s) {
+  using md = dnnl::memory::desc;
+  using tag = dnnl::memory::format_tag;
+  const auto f32 = dnnl::memory::data_type::f32;
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream strm(eng);
+  md a_md({s.M, s.K}, f32, tag::ab), b_md({s.K, s.N}, f32, tag::ab), c_md({s.M, s.N}, f32, tag::ab);
+  dnnl::matmul prim(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), eng));
+  std::vector<float> a(size_t(s.M * s.K), 0.5f), b(size_t(s.K * s.N), 0.25f), c(size_t(s.M * s.N));
+  dnnl::memory am(a_md, eng, a.data()), bm(b_md, eng, b.data()), cm(c_md, eng, c.data());
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  omp_set_num_threads(kiln::get_num_threads());  // the count kiln runs oneDNN with
+  double sec = seconds_per_call(
+      [&] {
+        prim.execute(strm, args);
+        strm.wait();
+      },
+      0.2);
+  return gflops(s, sec);
+}
+
+// ---- the table ----
+
+struct Bench {
+  std::string name;
+  std::function<void(const std::string&)> run;
+};
+
+std::vector<Bench> all_benches() {
+  std::vector<Bench> out;
+  out.push_back({"add_1x10", [](const std::string& n) { bench_add(n, false); }});
+  out.push_back({"add_1x10_grad", [](const std::string& n) { bench_add(n, true); }});
+  const MatmulShape shapes[] = {{64, 64, 64},   {128, 128, 128}, {256, 256, 256},  {512, 512, 512},  {1024, 1024, 1024},
+                                {2048, 2048, 2048}, {64, 784, 256}, {768, 128, 512}, {32, 256, 1024}};
+  for (const MatmulShape& s : shapes) {
+    std::string name = "matmul_" + std::to_string(s.M) + "x" + std::to_string(s.K) + "x" + std::to_string(s.N);
+    out.push_back({name, [s](const std::string& n) {
+                     emit(n, "gflops", "GFLOP/s", kiln_matmul_gflops(s));
+                     emit(n, "onednn_gflops", "GFLOP/s", onednn_matmul_gflops(s));
+                   }});
+  }
+  out.push_back({"fma_peak", [](const std::string& n) {
+                   int threads = kiln::get_num_threads();
+                   std::vector<double> v;
+                   fma_peak_gflops(threads, int64_t(1) << 22);  // warm-up (clocks ramp)
+                   for (int r = 0; r < g_reps; ++r) v.push_back(fma_peak_gflops(threads, int64_t(1) << 24));
+                   emit(n, "gflops", "GFLOP/s", median(v));
+                 }});
+  return out;
+}
+
+bool selected(const std::string& name, const std::vector<std::string>& filters) {
+  if (filters.empty()) return true;
+  for (const std::string& f : filters)
+    if (name.rfind(f, 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> filters;
+  bool list = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--reps" && i + 1 < argc) g_reps = std::max(1, std::atoi(argv[++i]));
+    else if (arg == "--list") list = true;
+    else filters.push_back(arg);
+  }
+  for (const Bench& b : all_benches()) {
+    if (!selected(b.name, filters)) continue;
+    if (list) std::printf("%s\n", b.name.c_str());
+    else b.run(b.name);
+  }
+  return 0;
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""PyTorch's half of bench/run: the same workloads as kiln_bench, timed the
+same way (median over repetitions), one JSON line per measurement:
+{"bench", "metric", "unit", "value"}.
+
+Run with Debian's interpreter (python3-torch 1.13):
+    /usr/bin/python3 bench/torch_bench.py [--reps N] [NAME...]
+torch runs with torch.set_num_threads(1), its fastest setting on this machine
+(its OpenMP pool and OpenBLAS's pool otherwise fight over the two cores).
+"""
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+torch.set_num_threads(1)
+
+MATMUL_SHAPES = [(64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
+                 (2048, 2048, 2048), (64, 784, 256), (768, 128, 512), (32, 256, 1024)]
+
+
+def seconds_per_call(fn, reps, rep_seconds):
+    """Median over `reps` repetitions of the seconds one call takes."""
+    for _ in range(3):
+        fn()
+    calls = 1
+    while True:  # calibrate
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sec = time.perf_counter() - t0
+        if sec >= rep_seconds / 4:
+            calls = max(1, int(calls * rep_seconds / max(sec, 1e-9)))
+            break
+        calls *= 4
+    per_call = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per_call.append((time.perf_counter() - t0) / calls)
+    return statistics.median(per_call)
+
+
+def emit(bench, metric, unit, value):
+    print(json.dumps({"bench": bench, "metric": metric, "unit": unit, "value": value}), flush=True)
+
+
+def bench_add(name, requires_grad, reps):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(1, 10, generator=g)
+    b = torch.randn(1, 10, generator=g)
+    if requires_grad:
+        a.requires_grad_(True)
+    add = torch.add
+    emit(name, "time", "us/op", seconds_per_call(lambda: add(a, b), reps, 0.1) * 1e6)
+
+
+def bench_matmul(name, m, k, n, reps):
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(m, k, generator=g)
+    b = torch.randn(k, n, generator=g)
+    mm = torch.matmul
+    sec = seconds_per_call(lambda: mm(a, b), reps, 0.2)
+    emit(name, "gflops", "GFLOP/s", 2.0 * m * k * n / sec * 1e-9)
+
+
+def benches():
+    out = [("add_1x10", lambda n, r: bench_add(n, False, r)), ("add_1x10_grad", lambda n, r: bench_add(n, True, r))]
+    for m, k, n in MATMUL_SHAPES:
+        out.append((f"matmul_{m}x{k}x{n}", lambda name, r, m=m, k=k, n=n: bench_matmul(name, m, k, n, r)))
+    return out
+
+
+def main(argv):
+    reps, filters = 7, []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--reps" and i + 1 < len(argv):
+            reps = max(1, int(argv[i + 1]))
+            i += 2
+            continue
+        filters.append(argv[i])
+        i += 1
+    for name, run in benches():
+        if not filters or any(name.startswith(f) for f in filters):
+            run(name, reps)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
