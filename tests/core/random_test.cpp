@@ -337,7 +337,9 @@ TEST(RandomKernels, FastMatchesReference) {
       EXPECT_TRUE(equal(a, b)) << "uniform " << name(dt) << " n " << n;
       cpu::normal(a, 0.5, 2.0, seed, first);
       cpu::ref::normal(b, 0.5, 2.0, seed, first);
-      EXPECT_TRUE(testing::all_close(a, b, 1e-6, 1e-6)) << "normal " << name(dt) << " n " << n;
+      // The fast kernel's log/sincos polynomials against libm's.
+      double tol = dt == kF64 ? 1e-13 : dt == kF32 ? 5e-6 : 1e-2;
+      EXPECT_TRUE(testing::all_close(a, b, tol, tol)) << "normal " << name(dt) << " n " << n;
       Tensor p = empty({n}, {.dtype = dt});
       cpu::uniform(p, 0.0, 1.0, seed + 1, 0);
       cpu::bernoulli(a, p, seed, first);

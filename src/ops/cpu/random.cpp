@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -24,26 +25,30 @@ constexpr int kTileWords = 4 * kTileBlocks;
 constexpr int64_t kGrainTiles = kParallelGrain / kTileWords;
 
 // Words of blocks [first, first + 16) in stream order: out[4 * b + w].
+// Lanes hold 32-bit words in 64-bit slots so the round loop vectorises to
+// 32x32->64 multiplies (vpmuludq) across blocks.
 void philox_tile(uint64_t seed, uint64_t first, uint32_t* out) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr uint64_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kLow = 0xffffffffu;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  alignas(64) uint32_t c0[kTileBlocks], c1[kTileBlocks], c2[kTileBlocks], c3[kTileBlocks];
+  alignas(64) uint64_t c0[kTileBlocks], c1[kTileBlocks], c2[kTileBlocks], c3[kTileBlocks];
   for (int l = 0; l < kTileBlocks; ++l) {
     uint64_t b = first + uint64_t(l);
-    c0[l] = uint32_t(b);
-    c1[l] = uint32_t(b >> 32);
+    c0[l] = b & kLow;
+    c1[l] = b >> 32;
     c2[l] = 0;
     c3[l] = 0;
   }
   uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
   for (int round = 0; round < 10; ++round) {
+    const uint64_t key0 = k0, key1 = k1;
+#pragma GCC unroll 1
     for (int l = 0; l < kTileBlocks; ++l) {
-      uint64_t p0 = uint64_t(kM0) * c0[l];
-      uint64_t p1 = uint64_t(kM1) * c2[l];
-      uint32_t n0 = uint32_t(p1 >> 32) ^ c1[l] ^ k0;
-      uint32_t n2 = uint32_t(p0 >> 32) ^ c3[l] ^ k1;
-      c1[l] = uint32_t(p1);
-      c3[l] = uint32_t(p0);
+      uint64_t p0 = kM0 * c0[l];
+      uint64_t p1 = kM1 * c2[l];
+      uint64_t n0 = (p1 >> 32) ^ c1[l] ^ key0;
+      uint64_t n2 = (p0 >> 32) ^ c3[l] ^ key1;
+      c1[l] = p1 & kLow;
+      c3[l] = p0 & kLow;
       c0[l] = n0;
       c2[l] = n2;
     }
@@ -51,10 +56,10 @@ void philox_tile(uint64_t seed, uint64_t first, uint32_t* out) {
     k1 += kW1;
   }
   for (int l = 0; l < kTileBlocks; ++l) {
-    out[4 * l + 0] = c0[l];
-    out[4 * l + 1] = c1[l];
-    out[4 * l + 2] = c2[l];
-    out[4 * l + 3] = c3[l];
+    out[4 * l + 0] = uint32_t(c0[l]);
+    out[4 * l + 1] = uint32_t(c1[l]);
+    out[4 * l + 2] = uint32_t(c2[l]);
+    out[4 * l + 3] = uint32_t(c3[l]);
   }
 }
 
@@ -111,27 +116,109 @@ struct UniformOp {
   }
 };
 
-// Box–Muller: two uniforms give two independent normals.
-template <class T>
-struct NormalOp {
-  using A = acc_t<T>;
-  A mean, std;
-  static constexpr int kPairWords = std::is_same_v<T, double> ? 4 : 2;
-  void operator()(const uint32_t* w, T& z0, T& z1) const {
-    A u1, u2;
-    if constexpr (std::is_same_v<T, double>) {
-      u1 = double((((uint64_t(w[1]) << 32) | w[0]) >> 11) + 1) * 0x1p-53;  // (0, 1]
-      u2 = double(((uint64_t(w[3]) << 32) | w[2]) >> 11) * 0x1p-53;
-    } else {
-      u1 = float((w[0] >> 8) + 1) * 0x1p-24f;
-      u2 = float(w[1] >> 8) * 0x1p-24f;
-    }
-    A r = std::sqrt(A(-2) * std::log(u1));
-    A theta = A(2 * std::numbers::pi) * u2;
-    z0 = T(mean + std * r * std::cos(theta));
-    z1 = T(mean + std * r * std::sin(theta));
+// ---- Box–Muller: uniforms (u1, u2) -> r cos(2 pi u2), r sin(2 pi u2) with
+// r = sqrt(-2 log u1). log and sincos are short polynomials (no libm calls)
+// so the pair loop vectorises; A is float (f32, bf16) or double (f64). ----
+
+// The uniforms of pair q from its words: u1 in (0, 1], u2 in [0, 1).
+template <class A>
+void pair_uniforms(const uint32_t* w, A& u1, A& u2) {
+  if constexpr (std::is_same_v<A, double>) {
+    u1 = double((((uint64_t(w[1]) << 32) | w[0]) >> 11) + 1) * 0x1p-53;
+    u2 = double(((uint64_t(w[3]) << 32) | w[2]) >> 11) * 0x1p-53;
+  } else {
+    u1 = float((w[0] >> 8) + 1) * 0x1p-24f;
+    u2 = float(w[1] >> 8) * 0x1p-24f;
   }
-};
+}
+
+// log(u) for normal u in (0, 1]: u = 2^e m with m in [sqrt(1/2), sqrt(2)),
+// log m = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.1716, as an odd series
+// (truncation below 1e-9 relative for float, 1e-17 for double).
+template <class A>
+A log_unit(A u) {
+  using U = std::conditional_t<std::is_same_v<A, double>, uint64_t, uint32_t>;
+  using I = std::make_signed_t<U>;
+  constexpr int kMant = std::is_same_v<A, double> ? 52 : 23;
+  constexpr U kMantMask = (U(1) << kMant) - 1, kOne = std::bit_cast<U>(A(1));
+  constexpr I kBias = std::is_same_v<A, double> ? 1023 : 127;
+  U bits = std::bit_cast<U>(u);
+  I e = I(bits >> kMant) - kBias;
+  A m = std::bit_cast<A>(U((bits & kMantMask) | kOne));  // [1, 2)
+  const bool big = m > A(1.4142135623730951);
+  m = big ? m * A(0.5) : m;
+  e = big ? e + 1 : e;
+  A f = m - A(1);
+  A t = f / (A(2) + f);
+  A t2 = t * t;
+  A series;
+  if constexpr (std::is_same_v<A, double>) {
+    series = t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9 + t2 * (2.0 / 11 + t2 * (2.0 / 13 +
+             t2 * (2.0 / 15 + t2 * (2.0 / 17 + t2 * (2.0 / 19)))))))));
+  } else {
+    series = t2 * (2.0f / 3 + t2 * (2.0f / 5 + t2 * (2.0f / 7 + t2 * (2.0f / 9))));
+  }
+  constexpr A kLn2Hi = A(0.693145751953125), kLn2Lo = A(1.4286068203094172321e-06);  // hi exact in float
+  return A(e) * kLn2Hi + (A(e) * kLn2Lo + (A(2) * t + t * series));
+}
+
+// sin and cos of 2 pi u for u in [0, 1): quarter turns x = 4u = q + r with
+// integer q and |r| <= 1/2 (exact), then Taylor series on |a| <= pi/4.
+template <class A>
+void sincos_turn(A u, A& sin_out, A& cos_out) {
+  constexpr A kShift = std::is_same_v<A, double> ? 6755399441055744.0 : 12582912.0f;  // 1.5 * 2^mantissa
+  A x = A(4) * u;
+  A q = (x + kShift) - kShift;  // nearest integer (std::floor would keep the loop scalar)
+  A a = (x - q) * A(std::numbers::pi / 2);
+  A a2 = a * a;
+  A s, c;
+  if constexpr (std::is_same_v<A, double>) {
+    s = a + a * a2 * (-1.0 / 6 + a2 * (1.0 / 120 + a2 * (-1.0 / 5040 + a2 * (1.0 / 362880 + a2 * (-1.0 / 39916800 +
+        a2 * (1.0 / 6227020800 + a2 * (-1.0 / 1307674368000 + a2 * (1.0 / 355687428096000))))))));
+    c = 1.0 + a2 * (-0.5 + a2 * (1.0 / 24 + a2 * (-1.0 / 720 + a2 * (1.0 / 40320 + a2 * (-1.0 / 3628800 +
+        a2 * (1.0 / 479001600 + a2 * (-1.0 / 87178291200 + a2 * (1.0 / 20922789888000))))))));
+  } else {
+    s = a + a * a2 * (-1.0f / 6 + a2 * (1.0f / 120 + a2 * (-1.0f / 5040 + a2 * (1.0f / 362880))));
+    c = 1.0f + a2 * (-0.5f + a2 * (1.0f / 24 + a2 * (-1.0f / 720 + a2 * (1.0f / 40320 + a2 * (-1.0f / 3628800)))));
+  }
+  const int quadrant = int(q) & 3;  // angle = quadrant * pi/2 + a
+  sin_out = quadrant == 0 ? s : quadrant == 1 ? c : quadrant == 2 ? -s : -c;
+  cos_out = quadrant == 0 ? c : quadrant == 1 ? -s : quadrant == 2 ? -c : s;
+}
+
+// sqrt(x) for x >= 0 by Newton steps on 1/sqrt(x) from the bit-trick guess
+// (std::sqrt keeps loops scalar: it may set errno).
+template <class A>
+A sqrt_nonneg(A x) {
+  using U = std::conditional_t<std::is_same_v<A, double>, uint64_t, uint32_t>;
+  constexpr U kMagic = std::is_same_v<A, double> ? U(0x5fe6eb50c7b537a9ull) : U(0x5f3759dfu);
+  constexpr int kSteps = std::is_same_v<A, double> ? 4 : 3;  // relative error 0.034 squares each step
+  const A xs = x < A(1e-30) ? A(1e-30) : x;                   // sqrt(0) = 0 * finite
+  A y = std::bit_cast<A>(U(kMagic - (std::bit_cast<U>(xs) >> 1)));
+  for (int k = 0; k < kSteps; ++k) y = y * (A(1.5) - A(0.5) * xs * y * y);
+  return x * y;
+}
+
+// Normals of `pairs` (<= kTileWords / 2) pairs from their words into
+// z[2 * pairs]. The uniforms are split out first so that the math runs on
+// plain arrays and vectorises.
+template <class A>
+void normal_pairs(const uint32_t* w, int64_t pairs, A mean, A std, A* z) {
+  constexpr int pw = std::is_same_v<A, double> ? 4 : 2;  // words per pair
+  alignas(64) A u1[kTileWords / 2], u2[kTileWords / 2], zc[kTileWords / 2], zs[kTileWords / 2];
+  for (int64_t q = 0; q < pairs; ++q) pair_uniforms(w + pw * q, u1[q], u2[q]);
+  for (int64_t q = 0; q < pairs; ++q) {
+    A s, c;
+    A r = std * sqrt_nonneg(A(-2) * log_unit(u1[q]));
+    sincos_turn(u2[q], s, c);
+    zc[q] = mean + r * c;
+    zs[q] = mean + r * s;
+  }
+  for (int64_t q = 0; q < pairs; ++q) {
+    z[2 * q] = zc[q];
+    z[2 * q + 1] = zs[q];
+  }
+}
 
 template <class T>
 struct RandintOp {
@@ -183,18 +270,15 @@ void uniform(const Tensor& out, double low, double high, uint64_t seed, uint64_t
 void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t first_block) {
   dispatch_floating(out, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const NormalOp<T> op{acc_t<T>(mean), acc_t<T>(std)};
-    constexpr int pw = NormalOp<T>::kPairWords;
+    using A = acc_t<T>;
+    constexpr int pw = std::is_same_v<T, double> ? 4 : 2;  // words per pair
     T* o = out.data<T>();
     const int64_t n = out.numel();
     for_each_tile(seed, first_block, normal_words(out.dtype(), n), [&](const uint32_t* w, int64_t w0, int64_t nw) {
-      for (int64_t q = 0; q < nw / pw; ++q) {
-        int64_t e = 2 * (w0 / pw + q);
-        T z0, z1;
-        op(w + pw * q, z0, z1);
-        o[e] = z0;
-        if (e + 1 < n) o[e + 1] = z1;
-      }
+      alignas(64) A z[kTileWords];
+      normal_pairs<A>(w, nw / pw, A(mean), A(std), z);
+      const int64_t e0 = 2 * (w0 / pw), count = std::min<int64_t>(2 * (nw / pw), n - e0);
+      for (int64_t e = 0; e < count; ++e) o[e0 + e] = T(z[e]);
     });
   });
 }
@@ -293,15 +377,18 @@ void uniform(const Tensor& out, double low, double high, uint64_t seed, uint64_t
 }
 
 void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t first_block) {
+  // Box–Muller with libm's log, cos and sin.
   dispatch_floating(out, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const NormalOp<T> op{acc_t<T>(mean), acc_t<T>(std)};
-    constexpr int pw = NormalOp<T>::kPairWords;
+    using A = acc_t<T>;
+    constexpr int pw = std::is_same_v<T, double> ? 4 : 2;
     for (int64_t e = 0; e < out.numel(); ++e) {
       auto w = words<4>(seed, first_block, pw * (e / 2));
-      T z[2];
-      op(w.data(), z[0], z[1]);
-      out.data<T>()[e] = z[e % 2];
+      A u1, u2;
+      pair_uniforms(w.data(), u1, u2);
+      A r = A(std) * std::sqrt(A(-2) * std::log(u1));
+      A theta = A(2 * std::numbers::pi) * u2;
+      out.data<T>()[e] = T(A(mean) + r * (e % 2 == 0 ? std::cos(theta) : std::sin(theta)));
     }
   });
 }
