@@ -3,6 +3,7 @@
 // cpu::ref on awkward layouts, gradchecks in f64 away from kinks, in-place
 // forms and error messages.
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 
@@ -132,6 +133,14 @@ Tensor random_of(const Shape& shape, DType t, uint64_t seed) {
   return to(where(lt(abs(x), 0.3), round(x), x), t);
 }
 
+/// Fast and ref loops run the same functors, but a vectorized loop may fuse
+/// multiply-adds differently from a scalar one: floating results may differ
+/// by an ulp or so, everything else must be identical.
+::testing::AssertionResult same_result(const Tensor& fast, const Tensor& ref) {
+  if (!is_floating(fast.dtype())) return equal(fast, ref);
+  return all_close(fast, ref, fast.dtype() == kBF16 ? 1e-2 : 1e-5, 1e-6);
+}
+
 bool float_only(cpu::UnaryOp op) { return op >= cpu::UnaryOp::exp && op <= cpu::UnaryOp::leaky_relu; }
 
 std::vector<std::pair<const char*, std::function<Tensor(DType, uint64_t)>>> layouts() {
@@ -160,7 +169,7 @@ TEST(UnaryKernel, FastMatchesRefForEveryOp) {
         Tensor fast = empty(x.shape(), {.dtype = ot}), slow = empty(x.shape(), {.dtype = ot});
         cpu::unary(op, fast, x, p);
         cpu::ref::unary(op, slow, x, p);
-        EXPECT_TRUE(equal(fast, slow)) << "unary op #" << k << " " << name(t) << " " << lname;
+        EXPECT_TRUE(same_result(fast, slow)) << "unary op #" << k << " " << name(t) << " " << lname;
       }
     }
   }
@@ -175,9 +184,54 @@ TEST(UnaryKernel, ClampFastMatchesRef) {
         Tensor fast = empty(x.shape(), {.dtype = t}), slow = empty(x.shape(), {.dtype = t});
         cpu::clamp(fast, x, lo, hi);
         cpu::ref::clamp(slow, x, lo, hi);
-        EXPECT_TRUE(equal(fast, slow)) << name(t) << " " << lname;
+        EXPECT_TRUE(same_result(fast, slow)) << name(t) << " " << lname;
       }
     }
+  }
+}
+
+// Distance in units in the last place between two floats.
+int64_t ulps(float a, float b) {
+  if (a == b) return 0;
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b) ? 0 : INT64_MAX;
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  if (ia < 0) ia = INT32_MIN - ia;  // map to a monotonic integer line
+  if (ib < 0) ib = INT32_MIN - ib;
+  return std::abs(int64_t(ia) - int64_t(ib));
+}
+
+TEST(UnaryKernel, VectorizedF32MathWithinThreeUlp) {
+  // f32 exp/tanh/sigmoid/silu use branch-free approximations; check them
+  // against the f64 functions rounded to f32 on a dense grid and at the edges.
+  std::vector<float> xs;
+  for (float x = -30.0f; x <= 30.0f; x += 0.00731f) xs.push_back(x);
+  for (float x = -1e-3f; x <= 1e-3f; x += 1.3e-6f) xs.push_back(x);
+  for (float x : {0.0f, -0.0f, 1e-30f, -1e-30f, 0.625f, -0.625f, 87.0f, 88.7f, -87.0f, -103.0f, INFINITY, -INFINITY, NAN})
+    xs.push_back(x);
+  Tensor x32 = tensor<float>(xs);
+  Tensor x64 = to(x32, kF64);
+  struct Case {
+    const char* name;
+    Tensor (*f)(const Tensor&);
+    int64_t max_ulp;
+  };
+  for (Case c : {Case{"exp", [](const Tensor& t) { return exp(t); }, 2},
+                 Case{"tanh", [](const Tensor& t) { return tanh(t); }, 3},
+                 Case{"sigmoid", [](const Tensor& t) { return sigmoid(t); }, 3},
+                 Case{"silu", [](const Tensor& t) { return silu(t); }, 4}}) {
+    auto got = c.f(x32).to_vector<float>();
+    auto want = to(c.f(x64), kF32).to_vector<float>();
+    int64_t worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      // Below FLT_MIN results are subnormal: any tiny value will do.
+      if (std::abs(want[i]) < 1.2e-38f && std::abs(got[i]) < 1.2e-38f) continue;
+      int64_t u = ulps(got[i], want[i]);
+      if (u > worst) worst = u, at = i;
+    }
+    EXPECT_LE(worst, c.max_ulp) << c.name << " at x = " << xs[at] << ": " << got[at] << " vs " << want[at];
   }
 }
 

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "src/ops/cpu/elementwise.h"
+#include "src/ops/cpu/elementwise_math.h"
 
 namespace kiln::cpu::fn {
 
@@ -119,21 +120,21 @@ inline constexpr double kGeluKappa = 0.044715;
 template <class C> struct GeluBackward {
   C operator()(C g, C x) const {
     C cdf = C(0.5) * (C(1) + std::erf(x * C(kSqrt1_2)));
-    C pdf = std::exp(C(-0.5) * x * x) * C(kInvSqrt2Pi);
+    C pdf = math::exp(C(-0.5) * x * x) * C(kInvSqrt2Pi);
     return g * (cdf + x * pdf);
   }
 };
 template <class C> struct GeluTanhBackward {
   C operator()(C g, C x) const {
     C inner = C(kSqrt2OverPi) * (x + C(kGeluKappa) * x * x * x);
-    C t = std::tanh(inner);
+    C t = math::tanh(inner);
     C d_inner = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluKappa) * x * x);
     return g * (C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * d_inner);
   }
 };
 template <class C> struct SiluBackward {
   C operator()(C g, C x) const {
-    C s = C(1) / (C(1) + std::exp(-x));
+    C s = math::sigmoid(x);
     return g * s * (C(1) + x * (C(1) - s));
   }
 };
@@ -141,9 +142,7 @@ template <class C> struct SoftplusBackward {
   C beta, threshold;
   C operator()(C g, C x) const {
     C bx = x * beta;
-    if (bx > threshold) return g;
-    C z = std::exp(bx);
-    return g * z / (z + C(1));
+    return bx > threshold ? g : g * math::sigmoid(bx);
   }
 };
 template <class C> struct LeakyReluBackward {
@@ -196,7 +195,7 @@ template <class C> struct Relu {
     else return a < C(0) ? C(0) : a;  // NaN stays NaN
   }
 };
-template <class C> struct Exp { C operator()(C a) const { return std::exp(a); } };
+template <class C> struct Exp { C operator()(C a) const { return math::exp(a); } };
 template <class C> struct Log { C operator()(C a) const { return std::log(a); } };
 template <class C> struct Log1p { C operator()(C a) const { return std::log1p(a); } };
 template <class C> struct Expm1 { C operator()(C a) const { return std::expm1(a); } };
@@ -205,18 +204,18 @@ template <class C> struct Rsqrt { C operator()(C a) const { return C(1) / std::s
 template <class C> struct Reciprocal { C operator()(C a) const { return C(1) / a; } };
 template <class C> struct Sin { C operator()(C a) const { return std::sin(a); } };
 template <class C> struct Cos { C operator()(C a) const { return std::cos(a); } };
-template <class C> struct Tanh { C operator()(C a) const { return std::tanh(a); } };
-template <class C> struct Sigmoid { C operator()(C a) const { return C(1) / (C(1) + std::exp(-a)); } };
+template <class C> struct Tanh { C operator()(C a) const { return math::tanh(a); } };
+template <class C> struct Sigmoid { C operator()(C a) const { return math::sigmoid(a); } };
 template <class C> struct Erf { C operator()(C a) const { return std::erf(a); } };
 template <class C> struct Gelu {
   C operator()(C x) const { return x * C(0.5) * (C(1) + std::erf(x * C(kSqrt1_2))); }
 };
 template <class C> struct GeluTanh {
   C operator()(C x) const {
-    return C(0.5) * x * (C(1) + std::tanh(C(kSqrt2OverPi) * (x + C(kGeluKappa) * x * x * x)));
+    return C(0.5) * x * (C(1) + math::tanh(C(kSqrt2OverPi) * (x + C(kGeluKappa) * x * x * x)));
   }
 };
-template <class C> struct Silu { C operator()(C x) const { return x / (C(1) + std::exp(-x)); } };
+template <class C> struct Silu { C operator()(C x) const { return x / (C(1) + math::exp(-x)); } };
 template <class C> struct Softplus {
   C beta, threshold;
   C operator()(C x) const {
