@@ -25,6 +25,50 @@ struct Better {
 template <class T>
 using cmp_t = std::conditional_t<std::is_same_v<T, bool>, uint8_t, acc_t<T>>;
 
+// Index of the first extreme of a contiguous row. Lane k tracks the first
+// extreme among elements k, k + L, ...; lanes then merge, ties going to the
+// smaller index, so the result is the row's first extreme.
+template <class T, bool Max>
+int64_t row_arg(const T* row, int64_t n) {
+  using A = cmp_t<T>;
+  const Better<A, Max> better;
+  constexpr int L = 16;
+  int64_t i = 0, bi = 0;
+  A best = A(row[0]);
+  if (n >= 2 * L) {
+    A lb[L];
+    int64_t li[L];
+    for (int k = 0; k < L; ++k) {
+      lb[k] = A(row[k]);
+      li[k] = k;
+    }
+    for (i = L; i + L <= n; i += L) {
+#pragma omp simd
+      for (int k = 0; k < L; ++k) {
+        A v = A(row[i + k]);
+        bool take = better(v, lb[k]);
+        lb[k] = take ? v : lb[k];
+        li[k] = take ? i + k : li[k];
+      }
+    }
+    best = lb[0];
+    bi = li[0];
+    for (int k = 1; k < L; ++k) {
+      bool same = !better(lb[k], best) && !better(best, lb[k]);  // equal, or both NaN
+      if (better(lb[k], best) || (same && li[k] < bi)) {
+        best = lb[k];
+        bi = li[k];
+      }
+    }
+  }
+  for (; i < n; ++i)
+    if (better(A(row[i]), best)) {
+      best = A(row[i]);
+      bi = i;
+    }
+  return bi;
+}
+
 template <class T, bool Max>
 void arg_reduce(const Tensor& x, int64_t dim, const Tensor& values, const Tensor& indices) {
   using A = cmp_t<T>;
@@ -38,17 +82,8 @@ void arg_reduce(const Tensor& x, int64_t dim, const Tensor& values, const Tensor
   if (inner == 1) {
     parallel_for(0, R.outer, std::max<int64_t>(1, kGrain / n), [&](int64_t lo, int64_t hi) {
       for (int64_t o = lo; o < hi; ++o) {
-        const T* row = xp + o * n;
-        A best = A(row[0]);
-        int64_t bi = 0;
-        for (int64_t i = 1; i < n; ++i) {
-          A v = A(row[i]);
-          if (better(v, best)) {
-            best = v;
-            bi = i;
-          }
-        }
-        vp[o] = row[bi];
+        int64_t bi = row_arg<T, Max>(xp + o * n, n);
+        vp[o] = xp[o * n + bi];
         ip[o] = bi;
       }
     });
@@ -65,13 +100,15 @@ void arg_reduce(const Tensor& x, int64_t dim, const Tensor& values, const Tensor
       A best[W];
       int64_t bi[W] = {};
       for (int j = 0; j < g; ++j) best[j] = A(base[j]);
-      for (int64_t r = 1; r < n; ++r)
+      for (int64_t r = 1; r < n; ++r) {
+#pragma omp simd
         for (int j = 0; j < g; ++j) {
           A v = A(base[r * inner + j]);
           bool take = better(v, best[j]);
           best[j] = take ? v : best[j];
           bi[j] = take ? r : bi[j];
         }
+      }
       for (int j = 0; j < g; ++j) {
         vp[o * inner + t * W + j] = base[bi[j] * inner + j];
         ip[o * inner + t * W + j] = bi[j];
@@ -151,11 +188,13 @@ void cumsum_impl(const Tensor& x, int64_t dim, const Tensor& out) {
         int g = int(std::min<int64_t>(W, inner - t * W));
         const int64_t off = o * n * inner + t * W;
         A acc[W] = {};
-        for (int64_t r = 0; r < n; ++r)
+        for (int64_t r = 0; r < n; ++r) {
+#pragma omp simd
           for (int j = 0; j < g; ++j) {
             acc[j] += A(xp[off + r * inner + j]);
             op[off + r * inner + j] = O(acc[j]);
           }
+        }
       }
     });
   });

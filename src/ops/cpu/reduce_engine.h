@@ -120,25 +120,31 @@ void pairwise(int64_t a, int64_t b, Acc* out, int g, const Op& op, const Leaf& l
   for (int j = 0; j < g; ++j) out[j] = op.merge(out[j], right[j]);
 }
 
-/// Folds n contiguous elements into one accumulator with kLanes independent
-/// lanes (so the loop vectorizes without reassociating one chain).
+/// Independent accumulators per contiguous fold: 256 bytes of them (four
+/// AVX-512 registers), so the loop vectorizes without reassociating a chain.
+template <class Acc>
+inline constexpr int kLanes = int(256 / sizeof(Acc)) < 8 ? 8 : int(256 / sizeof(Acc));
+
+/// Folds n contiguous elements into lane[0..kLanes) (element i into lane
+/// i % kLanes for the full chunks, the tail into the first lanes).
 template <class Op, class In>
-typename Op::Acc fold_contiguous(const In* p, int64_t n, const Op& op) {
-  using Acc = typename Op::Acc;
-  constexpr int kLanes = int(256 / sizeof(Acc)) < 8 ? 8 : int(256 / sizeof(Acc));
+void fold_lanes(typename Op::Acc* lane, const In* p, int64_t n, const Op& op) {
+  constexpr int L = kLanes<typename Op::Acc>;
   int64_t i = 0;
-  Acc r = op.init();
-  if (n >= kLanes) {
-    Acc lane[kLanes];
-    for (int k = 0; k < kLanes; ++k) lane[k] = op.init();
-    for (; i + kLanes <= n; i += kLanes)
-      for (int k = 0; k < kLanes; ++k) lane[k] = op.step(lane[k], p[i + k]);
-    for (int w = kLanes / 2; w >= 1; w /= 2)
-      for (int k = 0; k < w; ++k) lane[k] = op.merge(lane[k], lane[k + w]);
-    r = lane[0];
+  for (; i + L <= n; i += L) {
+#pragma omp simd
+    for (int k = 0; k < L; ++k) lane[k] = op.step(lane[k], p[i + k]);
   }
-  for (; i < n; ++i) r = op.step(r, p[i]);
-  return r;
+  for (int k = 0; i < n; ++i, ++k) lane[k] = op.step(lane[k], p[i]);
+}
+
+/// Merges the lanes pairwise into one accumulator.
+template <class Op>
+typename Op::Acc merge_lanes(typename Op::Acc* lane, const Op& op) {
+  constexpr int L = kLanes<typename Op::Acc>;
+  for (int w = L / 2; w >= 1; w /= 2)
+    for (int k = 0; k < w; ++k) lane[k] = op.merge(lane[k], lane[k + w]);
+  return lane[0];
 }
 
 /// Runs the reduction of `x` (contiguous-enough layout L) into out.
@@ -173,19 +179,16 @@ void run_layout(const Layout& L0, const typename Op::In* xp, typename Op::Out* o
     const int64_t n_leaves = (R + leaf_len - 1) / leaf_len;
     auto leaf = [&](const In* base, int64_t i, Acc* acc) {
       int64_t lo = i * leaf_len, hi = std::min(R, lo + leaf_len);
-      if (L.nr == 1) {
-        acc[0] = fold_contiguous(base + lo, hi - lo, op);
-        return;
-      }
-      Acc a = op.init();
-      while (lo < hi) {
+      Acc lane[kLanes<Acc>];
+      for (auto& a : lane) a = op.init();
+      while (lo < hi) {  // contiguous runs of the innermost reduced dim
         int64_t i0 = lo % n0;
         int64_t off = i0 + offset_of(lo / n0, L.nr - 1, L.rsize, L.rstride);
         int64_t len = std::min(n0 - i0, hi - lo);
-        a = op.merge(a, fold_contiguous(base + off, len, op));
+        fold_lanes(lane, base + off, len, op);
         lo += len;
       }
-      acc[0] = a;
+      acc[0] = merge_lanes(lane, op);
     };
     auto one_output = [&](int64_t o) {
       const In* base = xp + offset_of(o, L.nk, L.ksize, L.kstride);
@@ -218,7 +221,7 @@ void run_layout(const Layout& L0, const typename Op::In* xp, typename Op::Out* o
   }
 
   // ---- column: tiles of W adjacent outputs along the stride-1 kept dim ----
-  constexpr int W = int(256 / sizeof(Acc)) < 8 ? 8 : int(256 / sizeof(Acc));
+  constexpr int W = kLanes<Acc>;
   const int64_t K = L.ksize[size_t(L.nk - 1)];  // the stride-1 kept dim
   const int64_t tiles = (K + W - 1) / W;
   const int64_t n_outer = n_out / K;
@@ -240,6 +243,7 @@ void run_layout(const Layout& L0, const typename Op::In* xp, typename Op::Out* o
     for (int64_t r = lo; r < hi; ++r) {
       const In* p = base + off;
       if (g == W) {
+#pragma omp simd
         for (int j = 0; j < W; ++j) acc[j] = op.step(acc[j], p[j]);
       } else {
         for (int j = 0; j < g; ++j) acc[j] = op.step(acc[j], p[j]);

@@ -38,19 +38,21 @@ A row_max(const T* p, int64_t n) {
   if (n >= L) {
     A lane[L];
     for (int k = 0; k < L; ++k) lane[k] = m;
-    for (; i + L <= n; i += L)
+    for (; i + L <= n; i += L) {
+#pragma omp simd
       for (int k = 0; k < L; ++k) lane[k] = max_nan(lane[k], A(p[i + k]));
+    }
     for (int k = 0; k < L; ++k) m = max_nan(m, lane[k]);
   }
   for (; i < n; ++i) m = max_nan(m, A(p[i]));
   return m;
 }
 
-// sum(exp(p - m)) over n contiguous elements; also writes the exps into e
-// when e is not null. Lanes add blocks of kBlock elements in A, the block
-// sums add in f64, so f32 rows of any length stay accurate.
-template <class T, class A = acc_t<T>>
-A row_exp_sum(const T* p, int64_t n, A m, T* e) {
+// sum(exp(p - m)) over n contiguous elements; with Store, also writes the
+// exps into e. Lanes add blocks of kBlock elements in A, the block sums add
+// in f64, so f32 rows of any length stay accurate.
+template <bool Store, class T, class A = acc_t<T>>
+A row_exp_sum(const T* __restrict p, int64_t n, A m, T* __restrict e) {
   constexpr int L = 16;
   constexpr int64_t kBlock = 1024;
   double total = 0;
@@ -58,16 +60,18 @@ A row_exp_sum(const T* p, int64_t n, A m, T* e) {
     const int64_t hi = std::min(n, b + kBlock);
     A lane[L] = {};
     int64_t i = b;
-    for (; i + L <= hi; i += L)
+    for (; i + L <= hi; i += L) {
+#pragma omp simd
       for (int k = 0; k < L; ++k) {
         A v = vexp(A(p[i + k]) - m);
-        if (e) e[i + k] = T(v);
+        if constexpr (Store) e[i + k] = T(v);
         lane[k] += v;
       }
-    for (; i < hi; ++i) {
+    }
+    for (int k = 0; i < hi; ++i, ++k) {
       A v = vexp(A(p[i]) - m);
-      if (e) e[i] = T(v);
-      lane[0] += v;
+      if constexpr (Store) e[i] = T(v);
+      lane[k] += v;
     }
     for (int w = L / 2; w >= 1; w /= 2)
       for (int k = 0; k < w; ++k) lane[k] += lane[k + w];
@@ -82,13 +86,13 @@ void softmax_row(const T* x, T* out, int64_t n) {
   using A = acc_t<T>;
   A m = row_max(x, n);
   if constexpr (Log) {
-    A ls = std::log(row_exp_sum<T>(x, n, m, nullptr));
+    A ls = std::log(row_exp_sum<false>(x, n, m, out));
     for (int64_t i = 0; i < n; ++i) out[i] = T(A(x[i]) - m - ls);
   } else if constexpr (std::is_same_v<T, A>) {
-    A inv = A(1) / row_exp_sum<T>(x, n, m, out);  // out holds the exps
+    A inv = A(1) / row_exp_sum<true>(x, n, m, out);  // out holds the exps
     for (int64_t i = 0; i < n; ++i) out[i] *= inv;
   } else {  // bf16: exps recomputed in f32 rather than rounded twice
-    A inv = A(1) / row_exp_sum<T>(x, n, m, nullptr);
+    A inv = A(1) / row_exp_sum<false>(x, n, m, out);
     for (int64_t i = 0; i < n; ++i) out[i] = T(vexp(A(x[i]) - m) * inv);
   }
 }
@@ -100,16 +104,22 @@ void softmax_tile(const T* x, T* out, int64_t n, int64_t inner, int g) {
   A m[W], s[W];
   double sum[W] = {};  // f64: long columns stay accurate
   for (int j = 0; j < W; ++j) m[j] = -std::numeric_limits<A>::infinity();
-  for (int64_t r = 0; r < n; ++r)
+  for (int64_t r = 0; r < n; ++r) {
+#pragma omp simd
     for (int j = 0; j < g; ++j) m[j] = max_nan(m[j], A(x[r * inner + j]));
-  for (int64_t r = 0; r < n; ++r)
+  }
+  for (int64_t r = 0; r < n; ++r) {
+#pragma omp simd
     for (int j = 0; j < g; ++j) sum[j] += double(vexp(A(x[r * inner + j]) - m[j]));
+  }
   for (int j = 0; j < g; ++j) s[j] = Log ? m[j] + A(std::log(sum[j])) : A(1.0 / sum[j]);
-  for (int64_t r = 0; r < n; ++r)
+  for (int64_t r = 0; r < n; ++r) {
+#pragma omp simd
     for (int j = 0; j < g; ++j) {
       A v = A(x[r * inner + j]);
       out[r * inner + j] = Log ? T(v - s[j]) : T(vexp(v - m[j]) * s[j]);
     }
+  }
 }
 
 // log(sum(exp(x - shift))) + shift, where shift is the row max unless that is
@@ -167,7 +177,7 @@ void logsumexp(const Tensor& x, int64_t dim, const Tensor& out) {
             const T* row = xp + o * R.n;
             A m = row_max(row, R.n);
             A shift = std::isinf(m) ? A(0) : m;
-            op[o] = T(lse_finish(m, row_exp_sum<T>(row, R.n, shift, nullptr)));
+            op[o] = T(lse_finish(m, row_exp_sum<false>(row, R.n, shift, static_cast<T*>(nullptr))));
           }
         });
         return;
@@ -183,11 +193,15 @@ void logsumexp(const Tensor& x, int64_t dim, const Tensor& out) {
           A m[W], shift[W];
           double s[W] = {};
           for (int j = 0; j < W; ++j) m[j] = -std::numeric_limits<A>::infinity();
-          for (int64_t r = 0; r < R.n; ++r)
+          for (int64_t r = 0; r < R.n; ++r) {
+#pragma omp simd
             for (int j = 0; j < g; ++j) m[j] = max_nan(m[j], A(base[r * R.inner + j]));
+          }
           for (int j = 0; j < W; ++j) shift[j] = std::isinf(m[j]) ? A(0) : m[j];
-          for (int64_t r = 0; r < R.n; ++r)
+          for (int64_t r = 0; r < R.n; ++r) {
+#pragma omp simd
             for (int j = 0; j < g; ++j) s[j] += double(vexp(A(base[r * R.inner + j]) - shift[j]));
+          }
           for (int j = 0; j < g; ++j) op[o * R.inner + t * W + j] = T(lse_finish(m[j], A(s[j])));
         }
       });
