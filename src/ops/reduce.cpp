@@ -9,6 +9,7 @@
 
 #include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
+#include "kiln/ops/index.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
@@ -460,9 +461,10 @@ Tensor cumsum(const Tensor& x, int64_t dim) {
   cpu::cumsum(x, d, out);
   if (needs_grad(x))
     record("cumsum", {x}, {out}, {}, [d](const VjpArgs& a) -> Grads {
-      // Reverse running sum: sum over j >= i of g_j = total - cumsum + g.
+      // Reverse running sum: sum over j >= i of g_j.
       const Tensor& g = a.grad();
-      return {sum(g, {d}, /*keepdim=*/true) - cumsum(g, d) + g};
+      if (g.dim() == 0) return {g};
+      return {flip(cumsum(flip(g, {d}), d), {d})};
     });
   return out;
 }
