@@ -16,7 +16,8 @@ namespace kiln::cpu {
 ///             (2m, 2m+1) -> elements 2m, 2m+1);  f64: 2 words per element
 ///             (two 53-bit uniforms from words 4m..4m+3 -> elements 2m, 2m+1),
 ///             rounded up to whole pairs.
-///   randint   1 word per element when high - low <= 2^32, else 2.
+///   randint   1 word per element when high - low <= 2^32, else 2
+///             (multiply-shift: the bias is below range / 2^32, resp. / 2^64).
 ///   bernoulli 1 word per element.
 ///   randperm  2 words per Fisher–Yates step (n - 1 steps).
 int64_t uniform_words(DType dtype, int64_t n);
