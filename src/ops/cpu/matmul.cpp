@@ -198,7 +198,7 @@ void fix_unit_strides(int64_t R, int64_t C, int64_t& sr, int64_t& sc) {
 }
 
 struct Key {
-  std::array<int64_t, 6 * kMaxDnnlDims + 8> v{};
+  std::array<int64_t, 6 * kMaxDnnlDims + 8> v;  // only v[0, n) is meaningful (no zero-fill per call)
   int n = 0;
   void push(int64_t x) { v[size_t(n++)] = x; }
   bool operator==(const Key& o) const {
@@ -217,8 +217,12 @@ struct KeyHash {
 struct Entry {
   dnnl::matmul prim;
   dnnl::memory src, wei, dst, bias;
-  std::unordered_map<int, dnnl::memory> args;
+  // The C API's argument list, built once (the C++ execute() converts a map
+  // into this on every call).
+  std::array<dnnl_exec_arg_t, 4> args{};
+  int nargs = 0;
   std::string impl;
+  bool is_ref = false;  // oneDNN offers only its reference code for this layout
 };
 
 class PrimitiveCache {
@@ -252,13 +256,14 @@ class PrimitiveCache {
   int64_t hits_ = 0, misses_ = 0;
 };
 
-PrimitiveCache& cache() {
-  thread_local PrimitiveCache c;
-  return c;
-}
+// Per-thread state, reached through one thread_local lookup per call.
+struct ThreadState {
+  PrimitiveCache cache;
+  std::string last_impl = "none";
+};
 
-std::string& last_impl() {
-  thread_local std::string s = "none";
+ThreadState& state() {
+  thread_local ThreadState s;
   return s;
 }
 
@@ -316,11 +321,15 @@ Entry make_entry(const Geometry& g, DType dt, int64_t a_sm, int64_t a_sk, int64_
   e.src = dnnl::memory(a_md, engine(), nullptr);
   e.wei = dnnl::memory(b_md, engine(), nullptr);
   e.dst = dnnl::memory(o_md, engine(), nullptr);
-  e.args = {{DNNL_ARG_SRC, e.src}, {DNNL_ARG_WEIGHTS, e.wei}, {DNNL_ARG_DST, e.dst}};
+  e.args[0] = {DNNL_ARG_SRC, e.src.get()};
+  e.args[1] = {DNNL_ARG_WEIGHTS, e.wei.get()};
+  e.args[2] = {DNNL_ARG_DST, e.dst.get()};
+  e.nargs = 3;
   if (bias) {
     e.bias = dnnl::memory(bias_md, engine(), nullptr);
-    e.args.emplace(DNNL_ARG_BIAS, e.bias);
+    e.args[size_t(e.nargs++)] = {DNNL_ARG_BIAS, e.bias.get()};
   }
+  e.is_ref = e.impl.rfind("ref", 0) == 0;
   return e;
 }
 
@@ -345,10 +354,11 @@ bool run_dnnl(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor&
     key.push(g.o_bs[d]);
   }
 
-  Entry* e = cache().find(key);
-  if (!e) e = cache().insert(key, make_entry(g, dt, a_sm, a_sk, b_sk, b_sn, ep.bias, bias_dt, alpha, beta));
-  if (e->impl.rfind("ref", 0) == 0) return false;
-  last_impl() = e->impl;
+  ThreadState& ts = state();
+  Entry* e = ts.cache.find(key);
+  if (!e) e = ts.cache.insert(key, make_entry(g, dt, a_sm, a_sk, b_sk, b_sn, ep.bias, bias_dt, alpha, beta));
+  if (e->is_ref) return false;
+  if (ts.last_impl != e->impl) ts.last_impl = e->impl;
 
   e->src.set_data_handle(a.data_ptr());
   e->wei.set_data_handle(b.data_ptr());
@@ -357,7 +367,8 @@ bool run_dnnl(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor&
   // oneDNN's OpenMP code uses the calling thread's count: keep it at kiln's.
   const int nt = get_num_threads();
   if (omp_get_max_threads() != nt) omp_set_num_threads(nt);
-  e->prim.execute(stream(), e->args);
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(e->prim.get(), stream().get(), e->nargs, e->args.data()),
+                          "could not execute a matmul primitive");
   return true;
 }
 
@@ -375,7 +386,7 @@ void matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out_in, const 
   Geometry g = make_geometry(a_in, b_in, out_in);
   const bool dnnl_dtype = dt == kF32 || dt == kBF16;
   if (!dnnl_dtype || g.K == 0 || int64_t(g.batch.size()) + 2 > kMaxDnnlDims) {
-    last_impl() = "plain";
+    state().last_impl = "plain";
     run_plain(g, a_in, b_in, out_in, ep);
     return;
   }
@@ -416,15 +427,15 @@ void matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out_in, const 
     }
     g = make_geometry(a, b, out);
     if (!run_dnnl(g, a, b, out, ep2)) {
-      last_impl() = "plain";
+      state().last_impl = "plain";
       run_plain(g, a, b, out, ep2);
     }
   }
   if (!out.is_same(out_in)) copy(out, out_in);
 }
 
-const std::string& last_matmul_impl() { return last_impl(); }
+const std::string& last_matmul_impl() { return state().last_impl; }
 
-MatmulCacheStats matmul_cache_stats() { return cache().stats(); }
+MatmulCacheStats matmul_cache_stats() { return state().cache.stats(); }
 
 }  // namespace kiln::cpu
