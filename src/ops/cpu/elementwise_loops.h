@@ -7,6 +7,11 @@
 
 #include "src/ops/cpu/loops.h"
 
+// Inner loops inline every call in them (the functors and the math they use):
+// GCC's inlining budget in a file with many instantiations would otherwise
+// leave calls behind, and a call blocks vectorization.
+#define KILN_FLATTEN __attribute__((flatten))
+
 namespace kiln::cpu {
 
 namespace detail {
@@ -41,7 +46,7 @@ inline T& at(char* p, int64_t j, int64_t s) {
 template <class O, class A, class F>
 void unary_loop(const Tensor& out, const Tensor& x, const F& f) {
   using CA = acc_t<A>;
-  auto run = [&f](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
+  auto run = [&f](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) KILN_FLATTEN {
     if (s[0] == sizeof(O) && s[1] == sizeof(A)) {
       O* o = reinterpret_cast<O*>(p[0]);
       const A* a = reinterpret_cast<const A*>(p[1]);
@@ -67,7 +72,7 @@ template <class O, class A, class B, class F>
 void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
   using CA = acc_t<A>;
   using CB = acc_t<B>;
-  auto run = [&f](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
+  auto run = [&f](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) KILN_FLATTEN {
     O* o = reinterpret_cast<O*>(p[0]);
     const A* x = reinterpret_cast<const A*>(p[1]);
     const B* y = reinterpret_cast<const B*>(p[2]);
@@ -96,7 +101,7 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const F& f
 /// out[i] = O(f(acc(a[i]), acc(b[i]), acc(c[i]))); all broadcast to out.
 template <class O, class A, class B, class C, class F>
 void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, const F& f) {
-  auto run = [&f](std::array<char*, 4> p, std::array<int64_t, 4> s, int64_t n) {
+  auto run = [&f](std::array<char*, 4> p, std::array<int64_t, 4> s, int64_t n) KILN_FLATTEN {
     if (s[0] == sizeof(O) && s[1] == sizeof(A) && s[2] == sizeof(B) && s[3] == sizeof(C)) {
       O* o = reinterpret_cast<O*>(p[0]);
       const A* x = reinterpret_cast<const A*>(p[1]);
