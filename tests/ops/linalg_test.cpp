@@ -234,6 +234,24 @@ TEST(LinalgKernel, EpilogueBiasAlphaBetaMatchReference) {
   }
 }
 
+TEST(LinalgKernel, ExpandedOperands) {
+  // Stride-0 dims from expand(): batch dims broadcast in both operands at
+  // once (oneDNN rejects that layout), rows repeated, a whole matrix repeated.
+  for (DType dt : {kF32, kBF16, kF64}) {
+    Tensor a = random({1, 3, 5}, 1, dt).expand({4, 3, 5}), b = random({1, 5, 2}, 2, dt).expand({4, 5, 2});
+    Tensor rows = random({1, 5}, 3, dt).expand({6, 5}), scalar = random({}, 4, dt).expand({5, 7});
+    struct Case {
+      Tensor a, b;
+    };
+    for (const Case& c : {Case{a, b}, Case{rows, random({5, 3}, 5, dt)}, Case{rows, scalar}, Case{a, scalar}}) {
+      Tensor want = zeros(product_shape(c.a.shape(), c.b.shape()), {.dtype = dt});
+      cpu::ref::matmul(c.a, c.b, want);
+      EXPECT_TRUE(close_for(dt, matmul(c.a, c.b), want, 5))
+          << name(dt) << " " << to_string(c.a.shape()) << " x " << to_string(c.b.shape());
+    }
+  }
+}
+
 TEST(LinalgKernel, LargeF32AndBf16OnAllThreads) {
   // Big enough for oneDNN's blocking and both threads; odd sizes for the tails.
   Tensor a = random({2, 257, 301}, 1), b = random({301, 203}, 2);

@@ -222,7 +222,7 @@ struct Entry {
   std::array<dnnl_exec_arg_t, 4> args{};
   int nargs = 0;
   std::string impl;
-  bool is_ref = false;  // oneDNN offers only its reference code for this layout
+  bool unusable = false;  // oneDNN offers only its reference code, or rejects the layout
 };
 
 class PrimitiveCache {
@@ -314,8 +314,17 @@ Entry make_entry(const Geometry& g, DType dt, int64_t a_sm, int64_t a_sk, int64_
     po.append_sum(beta);
     attr.set_post_ops(po);
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, bias_md, o_md), attr, engine());
   Entry e;
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, bias_md, o_md), attr, engine());
+  } catch (const dnnl::error&) {
+    // E.g. both operands broadcast along a batch dim: the caller retries
+    // with contiguous copies.
+    e.impl = "unsupported";
+    e.unusable = true;
+    return e;
+  }
   e.prim = dnnl::matmul(pd);
   e.impl = pd.impl_info_str();
   e.src = dnnl::memory(a_md, engine(), nullptr);
@@ -329,12 +338,13 @@ Entry make_entry(const Geometry& g, DType dt, int64_t a_sm, int64_t a_sk, int64_
     e.bias = dnnl::memory(bias_md, engine(), nullptr);
     e.args[size_t(e.nargs++)] = {DNNL_ARG_BIAS, e.bias.get()};
   }
-  e.is_ref = e.impl.rfind("ref", 0) == 0;
+  e.unusable = e.impl.rfind("ref", 0) == 0;
   return e;
 }
 
 // Runs the canonical product on oneDNN. Returns false (having done nothing)
-// when oneDNN would only offer its slow reference code for this layout.
+// when oneDNN would only offer its slow reference code for this layout, or
+// does not take it at all.
 bool run_dnnl(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor& out, const MatmulEpilogue& ep) {
   int64_t a_sm = g.a_sm, a_sk = g.a_sk, b_sk = g.b_sk, b_sn = g.b_sn;
   fix_unit_strides(g.M, g.K, a_sm, a_sk);
@@ -357,7 +367,7 @@ bool run_dnnl(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor&
   ThreadState& ts = state();
   Entry* e = ts.cache.find(key);
   if (!e) e = ts.cache.insert(key, make_entry(g, dt, a_sm, a_sk, b_sk, b_sn, ep.bias, bias_dt, alpha, beta));
-  if (e->is_ref) return false;
+  if (e->unusable) return false;
   if (ts.last_impl != e->impl) ts.last_impl = e->impl;
 
   e->src.set_data_handle(a.data_ptr());
@@ -367,8 +377,9 @@ bool run_dnnl(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor&
   // oneDNN's OpenMP code uses the calling thread's count: keep it at kiln's.
   const int nt = get_num_threads();
   if (omp_get_max_threads() != nt) omp_set_num_threads(nt);
-  dnnl::error::wrap_c_api(dnnl_primitive_execute(e->prim.get(), stream().get(), e->nargs, e->args.data()),
-                          "could not execute a matmul primitive");
+  dnnl_status_t st = dnnl_primitive_execute(e->prim.get(), stream().get(), e->nargs, e->args.data());
+  KILN_CHECK(st == dnnl_success, kOp, "oneDNN failed to run {} on a {} x {} x {} product (status {})", e->impl, g.M,
+             g.K, g.N, int(st));
   return true;
 }
 
