@@ -117,6 +117,7 @@ void pairwise(int64_t a, int64_t b, Acc* out, int g, const Op& op, const Leaf& l
   pairwise<G>(a, m, out, g, op, leaf);
   Acc right[G];
   pairwise<G>(m, b, right, g, op, leaf);
+#pragma omp simd
   for (int j = 0; j < g; ++j) out[j] = op.merge(out[j], right[j]);
 }
 
@@ -142,8 +143,10 @@ void fold_lanes(typename Op::Acc* lane, const In* p, int64_t n, const Op& op) {
 template <class Op>
 typename Op::Acc merge_lanes(typename Op::Acc* lane, const Op& op) {
   constexpr int L = kLanes<typename Op::Acc>;
-  for (int w = L / 2; w >= 1; w /= 2)
+  for (int w = L / 2; w >= 1; w /= 2) {
+#pragma omp simd
     for (int k = 0; k < w; ++k) lane[k] = op.merge(lane[k], lane[k + w]);
+  }
   return lane[0];
 }
 
@@ -228,33 +231,28 @@ void run_layout(const Layout& L0, const typename Op::In* xp, typename Op::Out* o
   const int64_t n_units = n_outer * tiles;
   const int64_t leaf_rows = std::max<int64_t>(1, kLeafElems / W);
   const int64_t n_leaves = (R + leaf_rows - 1) / leaf_rows;
-  // Reduced offsets of rows [lo, hi) walked with a multi-index.
+  // Rows [lo, hi) of the reduced range, walked in runs along the innermost
+  // reduced dim (a pointer step per row; the multi-index only between runs).
+  const int64_t n0 = L.rsize[size_t(L.nr - 1)], s0 = L.rstride[size_t(L.nr - 1)];
   auto leaf = [&](const In* base, int g, int64_t i, Acc* acc) {
     int64_t lo = i * leaf_rows, hi = std::min(R, lo + leaf_rows);
-    for (int j = 0; j < W; ++j) acc[j] = op.init();
-    std::array<int64_t, kMaxDims> idx{};
-    int64_t rest = lo;
-    for (int d = L.nr - 1; d >= 0; --d) {
-      idx[size_t(d)] = rest % L.rsize[size_t(d)];
-      rest /= L.rsize[size_t(d)];
-    }
-    int64_t off = 0;
-    for (int d = 0; d < L.nr; ++d) off += idx[size_t(d)] * L.rstride[size_t(d)];
-    for (int64_t r = lo; r < hi; ++r) {
-      const In* p = base + off;
+    Acc a[W];
+    for (int j = 0; j < W; ++j) a[j] = op.init();
+    while (lo < hi) {
+      int64_t i0 = lo % n0, len = std::min(n0 - i0, hi - lo);
+      const In* p = base + i0 * s0 + offset_of(lo / n0, L.nr - 1, L.rsize, L.rstride);
       if (g == W) {
+        for (int64_t r = 0; r < len; ++r, p += s0) {
 #pragma omp simd
-        for (int j = 0; j < W; ++j) acc[j] = op.step(acc[j], p[j]);
+          for (int j = 0; j < W; ++j) a[j] = op.step(a[j], p[j]);
+        }
       } else {
-        for (int j = 0; j < g; ++j) acc[j] = op.step(acc[j], p[j]);
+        for (int64_t r = 0; r < len; ++r, p += s0)
+          for (int j = 0; j < g; ++j) a[j] = op.step(a[j], p[j]);
       }
-      for (int d = L.nr - 1; d >= 0; --d) {  // advance the multi-index
-        off += L.rstride[size_t(d)];
-        if (++idx[size_t(d)] < L.rsize[size_t(d)]) break;
-        off -= idx[size_t(d)] * L.rstride[size_t(d)];
-        idx[size_t(d)] = 0;
-      }
+      lo += len;
     }
+    for (int j = 0; j < W; ++j) acc[j] = a[j];
   };
   auto unit_base = [&](int64_t u, int& g, int64_t& o0) {
     int64_t outer = u / tiles, t = u % tiles;
