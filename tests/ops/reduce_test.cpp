@@ -236,8 +236,10 @@ TEST(ReduceKernels, FastMatchesRef) {
     for (const Shape& dims : rc.dims)
       for (Layout l : {Layout::contiguous, Layout::permuted, Layout::strided, Layout::expanded})
         for (DType t : {kF32, kF64, kBF16, kI32, kI64, kBool, kU8}) {
-          // Every dtype on the small shapes; the big ones (parallel paths) in f32 and i64.
-          if (numel(rc.shape) > 10000 && t != kF32 && t != kI64) continue;
+          // Every dtype and norm on the small shapes; the big ones (parallel paths)
+          // in f32 and i64, without the stride-0 layout.
+          const bool big = numel(rc.shape) > 10000;
+          if (big && ((t != kF32 && t != kI64) || l == Layout::expanded)) continue;
           SCOPED_TRACE(fmt::format("shape {} dims {} layout {} dtype {}", to_string(rc.shape), to_string(dims),
                                    layout_name(l), name(t)));
           Tensor x = in_layout(random_of(rc.shape, t, ++seed), l);
@@ -262,6 +264,7 @@ TEST(ReduceKernels, FastMatchesRef) {
           }
           if (is_floating(t)) {
             for (double p : {1.0, 2.0, 3.0, double(INFINITY)}) {
+              if (big && p != 2.0) continue;
               SCOPED_TRACE(fmt::format("norm p={}", p));
               Tensor a = Tensor::empty(out_shape, t), b = Tensor::empty(out_shape, t);
               cpu::norm(x, a, dims, p);
