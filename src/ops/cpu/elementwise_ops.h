@@ -112,14 +112,13 @@ template <class C> struct SigmoidBackward { C operator()(C g, C y) const { retur
 template <class C> struct SqrtBackward { C operator()(C g, C y) const { return g / (C(2) * y); } };
 template <class C> struct ReluBackward { C operator()(C g, C y) const { return y > C(0) ? g : C(0); } };
 
-inline constexpr double kSqrt1_2 = 0.70710678118654752440;      // 1 / sqrt(2)
 inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1 / sqrt(2 pi)
 inline constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
 inline constexpr double kGeluKappa = 0.044715;
 
 template <class C> struct GeluBackward {
   C operator()(C g, C x) const {
-    C cdf = C(0.5) * (C(1) + std::erf(x * C(kSqrt1_2)));
+    C cdf = math::normal_cdf(x);
     C pdf = math::exp(C(-0.5) * x * x) * C(kInvSqrt2Pi);
     return g * (cdf + x * pdf);
   }
@@ -206,9 +205,9 @@ template <class C> struct Sin { C operator()(C a) const { return std::sin(a); } 
 template <class C> struct Cos { C operator()(C a) const { return std::cos(a); } };
 template <class C> struct Tanh { C operator()(C a) const { return math::tanh(a); } };
 template <class C> struct Sigmoid { C operator()(C a) const { return math::sigmoid(a); } };
-template <class C> struct Erf { C operator()(C a) const { return std::erf(a); } };
+template <class C> struct Erf { C operator()(C a) const { return math::erf(a); } };
 template <class C> struct Gelu {
-  C operator()(C x) const { return x * C(0.5) * (C(1) + std::erf(x * C(kSqrt1_2))); }
+  C operator()(C x) const { return x * math::normal_cdf(x); }
 };
 template <class C> struct GeluTanh {
   C operator()(C x) const {
