@@ -2,6 +2,7 @@
 // (f32, special values, integer/f64/bf16 inputs), the fast kernels against
 // cpu::ref on awkward layouts, gradchecks in f64 away from kinks, in-place
 // forms and error messages.
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -203,12 +204,13 @@ int64_t ulps(float a, float b) {
 }
 
 TEST(UnaryKernel, VectorizedF32MathWithinAFewUlp) {
-  // f32 exp/tanh/sigmoid/silu/erf/gelu use branch-free approximations; check them
+  // f32 exp/log/log1p/tanh/sigmoid/silu/erf/gelu/softplus use branch-free approximations; check them
   // against the f64 functions rounded to f32 on a dense grid and at the edges.
   std::vector<float> xs;
   for (float x = -30.0f; x <= 30.0f; x += 0.00731f) xs.push_back(x);
   for (float x = -1e-3f; x <= 1e-3f; x += 1.3e-6f) xs.push_back(x);
-  for (float x : {0.0f, -0.0f, 1e-30f, -1e-30f, 0.625f, -0.625f, 87.0f, 88.7f, -87.0f, -103.0f, INFINITY, -INFINITY, NAN})
+  for (float x = 1e-6f; x < 3e38f; x *= 1.37f) xs.push_back(x);  // log over the whole range
+  for (float x : {1e-40f, 3e-45f, FLT_MAX, -1.0f + 1e-7f, -1.0f, -1.5f, 0.0f, -0.0f, 1e-30f, -1e-30f, 0.625f, -0.625f, 87.0f, 88.7f, -87.0f, -103.0f, INFINITY, -INFINITY, NAN})
     xs.push_back(x);
   Tensor x32 = tensor<float>(xs);
   Tensor x64 = to(x32, kF64);
@@ -222,6 +224,9 @@ TEST(UnaryKernel, VectorizedF32MathWithinAFewUlp) {
                  Case{"sigmoid", [](const Tensor& t) { return sigmoid(t); }, 3},
                  Case{"silu", [](const Tensor& t) { return silu(t); }, 4},
                  Case{"erf", [](const Tensor& t) { return erf(t); }, 2},
+                 Case{"log", [](const Tensor& t) { return log(t); }, 2},
+                 Case{"log1p", [](const Tensor& t) { return log1p(t); }, 3},
+                 Case{"softplus", [](const Tensor& t) { return softplus(t); }, 4},
                  Case{"gelu", [](const Tensor& t) { return gelu(t); }, 8}}) {
     auto got = c.f(x32).to_vector<float>();
     auto want = to(c.f(x64), kF32).to_vector<float>();

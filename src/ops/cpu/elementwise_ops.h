@@ -195,8 +195,8 @@ template <class C> struct Relu {
   }
 };
 template <class C> struct Exp { C operator()(C a) const { return math::exp(a); } };
-template <class C> struct Log { C operator()(C a) const { return std::log(a); } };
-template <class C> struct Log1p { C operator()(C a) const { return std::log1p(a); } };
+template <class C> struct Log { C operator()(C a) const { return math::log(a); } };
+template <class C> struct Log1p { C operator()(C a) const { return math::log1p(a); } };
 template <class C> struct Expm1 { C operator()(C a) const { return std::expm1(a); } };
 template <class C> struct Sqrt { C operator()(C a) const { return std::sqrt(a); } };
 template <class C> struct Rsqrt { C operator()(C a) const { return C(1) / std::sqrt(a); } };
@@ -219,7 +219,7 @@ template <class C> struct Softplus {
   C beta, threshold;
   C operator()(C x) const {
     C bx = x * beta;
-    return bx > threshold ? x : std::log1p(std::exp(bx)) / beta;
+    return bx > threshold ? x : math::log1p(math::exp(bx)) / beta;
   }
 };
 template <class C> struct LeakyRelu {
