@@ -13,6 +13,19 @@
 
 namespace kiln::cpu::math {
 
+/// c ? b : a through bit masks. A plain select on a value computed by a long
+/// formula can make GCC branch around the formula, which stops the loop from
+/// vectorizing; masks keep it straight-line.
+inline float blend(bool c, float a, float b) {
+  uint32_t m = c ? ~0u : 0u, ab, bb;
+  std::memcpy(&ab, &a, 4);
+  std::memcpy(&bb, &b, 4);
+  ab = (ab & ~m) | (bb & m);
+  float r;
+  std::memcpy(&r, &ab, 4);
+  return r;
+}
+
 /// tanh for f32 (Cephes tanhf): an odd polynomial for |x| < 0.625, else
 /// 1 - 2 / (e^(2|x|) + 1) with the sign restored; NaN stays NaN.
 inline float tanh_f32(float x) {
@@ -88,17 +101,18 @@ inline float normal_cdf_f32(float x) {
 /// fit (7e-8 relative), e ln2 added in two parts. Subnormals are scaled
 /// first; log(0) = -inf, log(x < 0) = NaN, log(inf) = inf.
 inline float log_f32(float x) {
-  bool sub = x < 1.17549435e-38f;  // also true for 0, negatives (handled below)
-  float xs = sub ? x * 8388608.0f : x;  // 2^23
+  // (int selects rather than bools: GCC vectorizes those.)
+  float xs = x < 1.17549435e-38f ? x * 8388608.0f : x;  // subnormals times 2^23
+  int32_t sub = x < 1.17549435e-38f ? 23 : 0;  // also for 0 and negatives (handled below)
   uint32_t u;
   std::memcpy(&u, &xs, 4);
   int32_t e = int32_t((u >> 23) & 0xffu) - 127;
   uint32_t mu = (u & 0x007fffffu) | 0x3f800000u;
   float m;
   std::memcpy(&m, &mu, 4);
-  bool big = m > 1.41421356f;
-  m = big ? 0.5f * m : m;
-  float ef = float(e + int32_t(big)) - (sub ? 23.0f : 0.0f);
+  int32_t big = m > 1.41421356f ? 1 : 0;
+  m = m > 1.41421356f ? 0.5f * m : m;
+  float ef = float(e + big - sub);
   float f = m - 1.0f;  // exact
   float p = -7.97379240e-2f;
   p = p * f + 1.26555100e-1f;
@@ -110,9 +124,10 @@ inline float log_f32(float x) {
   p = p * f + 3.33333313e-1f;
   float f2 = f * f;
   float r = (ef * -2.12194440e-4f + (p * f2 * f - 0.5f * f2)) + f + ef * 0.693359375f;
-  r = x == __builtin_inff() ? x : r;
-  r = x == 0.0f ? -__builtin_inff() : r;
-  return (x < 0.0f || x != x) ? __builtin_nanf("") : r;
+  // Special inputs: 0 -> -inf, inf -> inf, negative or NaN -> NaN.
+  const float inf = __builtin_inff();
+  float sp = x == 0.0f ? -inf : x > 0.0f ? x : __builtin_nanf("");
+  return blend((x > 0.0f) & (x < inf), sp, r);
 }
 
 /// log(1 + x) for f32: log(u) x / (u - 1) with u = 1 + x corrects the
@@ -121,8 +136,15 @@ inline float log1p_f32(float x) {
   float u = 1.0f + x;
   float d = u - 1.0f;
   float r = log_f32(u) * (x / d);
-  r = d == 0.0f ? x : r;
-  return u == __builtin_inff() ? u : r;
+  r = blend(d == 0.0f, r, x);  // tiny x: log1p(x) = x
+  return blend(u == __builtin_inff(), r, u);
+}
+
+/// c ? b : a, straight-line for f32 (see blend).
+template <class C>
+inline C select(bool c, C a, C b) {
+  if constexpr (std::is_same_v<C, float>) return blend(c, a, b);
+  else return c ? b : a;
 }
 
 template <class C>

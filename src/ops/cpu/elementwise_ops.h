@@ -219,7 +219,7 @@ template <class C> struct Softplus {
   C beta, threshold;
   C operator()(C x) const {
     C bx = x * beta;
-    return bx > threshold ? x : math::log1p(math::exp(bx)) / beta;
+    return math::select(bx > threshold, math::log1p(math::exp(bx)) / beta, x);
   }
 };
 template <class C> struct LeakyRelu {
