@@ -94,7 +94,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
   int64_t d0 = wrap_dim("transpose", dim0, x.dim()), d1 = wrap_dim("transpose", dim1, x.dim());
-  if (x.dim() == 0) return alias(x, x.shape(), x.strides(), x.storage_offset());
+  if (x.dim() == 0) return view(x, x.shape());  // recorded, unlike a bare alias
   Shape s = x.shape();
   Strides st = x.strides();
   std::swap(s[d0], s[d1]);
@@ -306,8 +306,12 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   int64_t lead = x.dim() - int64_t(shape.size());
   KILN_CHECK(lead >= 0, "sum_to", "cannot sum {} to the larger shape {}", to_string(x.shape()), to_string(shape));
   Shape dims;
-  for (int64_t i = 0; i < x.dim(); ++i)
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    KILN_CHECK(i < lead || shape[i - lead] == 1 || shape[i - lead] == x.shape()[i], "sum_to",
+               "cannot sum {} to {} (dim {}: {} vs {})", to_string(x.shape()), to_string(shape), i, x.shape()[i],
+               shape[i - lead]);
     if (i < lead || (shape[i - lead] == 1 && x.shape()[i] != 1)) dims.push_back(i);
+  }
   Tensor r = dims.empty() ? x : sum(x, dims, /*keepdim=*/true);
   return lead > 0 || r.shape() != shape ? reshape(r, shape) : r;
 }

@@ -197,6 +197,11 @@ TEST(ViewGrad, ReshapingOps) {
   EXPECT_GRADCHECK([](const std::vector<Tensor>& a) { return view(a[0], {3, 2, 2}); }, {leaf({12}, 3)});
   EXPECT_GRADCHECK([](const std::vector<Tensor>& a) { return squeeze(a[0]); }, {leaf({1, 3, 1}, 4)});
   EXPECT_GRADCHECK([](const std::vector<Tensor>& a) { return flatten(a[0]); }, {leaf({}, 5)});
+  // 0-dim inputs stay on the tape through every view op.
+  Tensor s = leaf({}, 6);
+  for (const Tensor& t : {transpose(s, 0, -1), permute(s, {}), view(s, {1, 1}), squeeze(s), unsqueeze(s, 0),
+                          expand(s, {2}), flatten(s), s.t()})
+    EXPECT_TRUE(t.requires_grad() && !t.is_leaf()) << to_string(t.shape());
 }
 
 TEST(ViewGrad, Reordering) {
@@ -287,6 +292,7 @@ TEST(ViewErrors, Messages) {
   EXPECT_KILN_ERROR(flatten(zeros({2, 3, 4}), 2, 1), "[flatten] start_dim 2 comes after end_dim 1");
   EXPECT_KILN_ERROR(unflatten(x, 1, {2, -1}), "[unflatten] shape [2, -1] is invalid for input [3] of 3 elements");
   EXPECT_KILN_ERROR(sum_to(x, {1, 2, 3}), "[sum_to] cannot sum [2, 3] to the larger shape [1, 2, 3]");
+  EXPECT_KILN_ERROR(sum_to(x, {2}), "[sum_to] cannot sum [2, 3] to [2] (dim 1: 3 vs 2)");
   EXPECT_KILN_ERROR(x.t().t().t().view({6}), "use reshape()");
   EXPECT_KILN_ERROR(zeros({2, 3, 4}).t(), "[t] expects a tensor with <= 2 dims, got [2, 3, 4]");
 }
