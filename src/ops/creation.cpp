@@ -103,7 +103,7 @@ Tensor tensor(const std::vector<T>& data, const Shape& shape) {
     bool* p = t.data<bool>();
     for (size_t i = 0; i < data.size(); ++i) p[i] = data[i];
   } else {
-    std::memcpy(t.data_ptr(), data.data(), data.size() * sizeof(T));
+    if (!data.empty()) std::memcpy(t.data_ptr(), data.data(), data.size() * sizeof(T));
   }
   return t;
 }
