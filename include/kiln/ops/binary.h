@@ -64,8 +64,10 @@ Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
 Tensor logical_xor(const Tensor& a, const Tensor& b);
 Tensor logical_not(const Tensor& a);
-/// Whether all elements are close: |a - b| <= atol + rtol * |b| (NaN never close).
+/// Elementwise a == b or |a - b| <= atol + rtol * |b| for finite values
+/// (NaN is never close), as a bool tensor.
 Tensor isclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
+/// Whether every element is close (isclose).
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
 Tensor isnan(const Tensor& a);
 Tensor isfinite(const Tensor& a);
@@ -75,7 +77,8 @@ Tensor isfinite(const Tensor& a);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
 Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
-/// x with `value` where mask (bool, broadcast to x) is true.
+/// x with `value` (cast to x's dtype) where mask (bool) is true; x and mask
+/// broadcast together. The in-place form needs mask to broadcast to x.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 Tensor masked_fill_(const Tensor& x, const Tensor& mask, Scalar value);
 
