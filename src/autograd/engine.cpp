@@ -26,6 +26,7 @@ struct NodeTask {
 struct Capture {
   std::unordered_map<Node*, std::vector<std::pair<uint32_t, size_t>>> at;  // node -> (output_nr, slot)
   std::vector<Tensor> values;
+  std::vector<Edge> keep;  // holds leaves' AccumulateGrad nodes alive during the run
 };
 
 void accumulate(Tensor& slot, const Tensor& g) { slot = slot.defined() ? add(slot, g) : g; }
@@ -145,6 +146,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     KILN_CHECK(inputs[i].defined() && inputs[i].requires_grad(), "grad", "input {} does not require grad", i);
     Edge e = gradient_edge(inputs[i]);
     capture.at[e.fn.get()].emplace_back(e.output_nr, i);
+    capture.keep.push_back(std::move(e));
   }
   run_backward(outputs, grad_outputs, retain_graph || create_graph, create_graph, &capture);
   for (size_t i = 0; i < inputs.size(); ++i) {
