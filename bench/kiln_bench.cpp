@@ -3,7 +3,8 @@
 // line per measurement: {"bench", "metric", "unit", "value"}. bench/run joins
 // these with bench/torch_bench.py's lines.
 //
-//   kiln_bench [--reps N] [NAME...]   NAME: a bench name or a prefix of one
+//   kiln_bench [--reps N] [--list] [NAME...]
+// NAME: a bench's exact name, or a prefix when no bench has that exact name.
 #include <omp.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -144,10 +145,13 @@ std::vector<Bench> all_benches() {
   return out;
 }
 
-bool selected(const std::string& name, const std::vector<std::string>& filters) {
+// A filter that names a bench exactly selects only it; otherwise it is a prefix.
+bool selected(const std::string& name, const std::vector<std::string>& filters, const std::vector<Bench>& all) {
   if (filters.empty()) return true;
-  for (const std::string& f : filters)
-    if (name.rfind(f, 0) == 0) return true;
+  for (const std::string& f : filters) {
+    bool exact = std::any_of(all.begin(), all.end(), [&](const Bench& b) { return b.name == f; });
+    if (exact ? name == f : name.rfind(f, 0) == 0) return true;
+  }
   return false;
 }
 
@@ -162,8 +166,9 @@ int main(int argc, char** argv) {
     else if (arg == "--list") list = true;
     else filters.push_back(arg);
   }
-  for (const Bench& b : all_benches()) {
-    if (!selected(b.name, filters)) continue;
+  const std::vector<Bench> all = all_benches();
+  for (const Bench& b : all) {
+    if (!selected(b.name, filters, all)) continue;
     if (list) std::printf("%s\n", b.name.c_str());
     else b.run(b.name);
   }

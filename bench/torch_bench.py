@@ -74,6 +74,16 @@ def benches():
     return out
 
 
+def blas_library():
+    """The BLAS shared library this process loaded (torch's matmul backend)."""
+    with open("/proc/self/maps") as f:
+        for entry in f:
+            path = entry.split()[-1]
+            if "blas" in path.rsplit("/", 1)[-1]:
+                return path
+    return "none"
+
+
 def main(argv):
     reps, filters = 7, []
     i = 0
@@ -84,9 +94,12 @@ def main(argv):
             continue
         filters.append(argv[i])
         i += 1
-    for name, run in benches():
-        if not filters or any(name.startswith(f) for f in filters):
+    table = benches()
+    names = [name for name, _ in table]
+    for name, run in table:
+        if not filters or any(name == f or (f not in names and name.startswith(f)) for f in filters):
             run(name, reps)
+    emit("_torch", "blas", "path", blas_library())
 
 
 if __name__ == "__main__":
