@@ -95,7 +95,7 @@ class Shape {
   void assign(const int64_t* src, size_t n) {
     size_ = 0;
     reserve(n);
-    std::memcpy(data(), src, n * sizeof(int64_t));
+    if (n) std::memcpy(data(), src, n * sizeof(int64_t));  // src may be null when n == 0
     size_ = n;
   }
   void release() {
