@@ -9,60 +9,17 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "bench/bench.h"
 #include "kiln/kiln.h"
 
 double fma_peak_gflops(int threads, int64_t iters);  // fma_probe.cpp
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-int g_reps = 7;  // repetitions per figure; each figure is their median
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Median over g_reps repetitions of the seconds one call of fn takes; each
-// repetition runs enough calls to last about `rep_seconds`.
-template <class F>
-double seconds_per_call(F&& fn, double rep_seconds) {
-  for (int i = 0; i < 3; ++i) fn();  // warm-up: caches, primitives, pages
-  int64_t calls = 1;
-  for (;;) {  // calibrate
-    auto t0 = Clock::now();
-    for (int64_t i = 0; i < calls; ++i) fn();
-    double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (sec >= rep_seconds / 4 || calls >= (int64_t(1) << 30)) {
-      calls = std::max<int64_t>(1, int64_t(double(calls) * rep_seconds / std::max(sec, 1e-9)));
-      break;
-    }
-    calls *= 4;
-  }
-  std::vector<double> per_call;
-  for (int r = 0; r < g_reps; ++r) {
-    auto t0 = Clock::now();
-    for (int64_t i = 0; i < calls; ++i) fn();
-    per_call.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / double(calls));
-  }
-  return median(per_call);
-}
-
-void emit(const std::string& bench, const char* metric, const char* unit, double value) {
-  std::printf("{\"bench\": \"%s\", \"metric\": \"%s\", \"unit\": \"%s\", \"value\": %.6g}\n", bench.c_str(), metric,
-              unit, value);
-  std::fflush(stdout);
-}
+namespace bench {
 
 // ---- eager add on [1, 10] ----
 
@@ -117,13 +74,7 @@ double onednn_matmul_gflops(const MatmulShape& s) {
 
 // ---- the table ----
 
-struct Bench {
-  std::string name;
-  std::function<void(const std::string&)> run;
-};
-
-std::vector<Bench> all_benches() {
-  std::vector<Bench> out;
+void core_benches(std::vector<Bench>& out) {
   out.push_back({"add_1x10", [](const std::string& n) { bench_add(n, false); }});
   out.push_back({"add_1x10_grad", [](const std::string& n) { bench_add(n, true); }});
   const MatmulShape shapes[] = {{64, 64, 64},   {128, 128, 128}, {256, 256, 256},  {512, 512, 512},  {1024, 1024, 1024},
@@ -142,6 +93,13 @@ std::vector<Bench> all_benches() {
                    for (int r = 0; r < g_reps; ++r) v.push_back(fma_peak_gflops(threads, int64_t(1) << 24));
                    emit(n, "gflops", "GFLOP/s", median(v));
                  }});
+}
+
+namespace {
+
+std::vector<Bench> all_benches() {
+  std::vector<Bench> out;
+  core_benches(out);
   return out;
 }
 
@@ -156,8 +114,10 @@ bool selected(const std::string& name, const std::vector<std::string>& filters, 
 }
 
 }  // namespace
+}  // namespace bench
 
 int main(int argc, char** argv) {
+  using namespace bench;
   std::vector<std::string> filters;
   bool list = false;
   for (int i = 1; i < argc; ++i) {

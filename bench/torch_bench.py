@@ -8,44 +8,18 @@ Run with Debian's interpreter (python3-torch 1.13):
 torch runs with torch.set_num_threads(1), its fastest setting on this machine
 (its OpenMP pool and OpenBLAS's pool otherwise fight over the two cores).
 """
-import json
-import statistics
+import importlib
+import pathlib
 import sys
-import time
 
 import torch
+
+from torch_util import emit, seconds_per_call
 
 torch.set_num_threads(1)
 
 MATMUL_SHAPES = [(64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
                  (2048, 2048, 2048), (64, 784, 256), (768, 128, 512), (32, 256, 1024)]
-
-
-def seconds_per_call(fn, reps, rep_seconds):
-    """Median over `reps` repetitions of the seconds one call takes."""
-    for _ in range(3):
-        fn()
-    calls = 1
-    while True:  # calibrate
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sec = time.perf_counter() - t0
-        if sec >= rep_seconds / 4:
-            calls = max(1, int(calls * rep_seconds / max(sec, 1e-9)))
-            break
-        calls *= 4
-    per_call = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per_call.append((time.perf_counter() - t0) / calls)
-    return statistics.median(per_call)
-
-
-def emit(bench, metric, unit, value):
-    print(json.dumps({"bench": bench, "metric": metric, "unit": unit, "value": value}), flush=True)
 
 
 def bench_add(name, requires_grad, reps):
@@ -67,10 +41,20 @@ def bench_matmul(name, m, k, n, reps):
     emit(name, "gflops", "GFLOP/s", 2.0 * m * k * n / sec * 1e-9)
 
 
-def benches():
+def core_benches():
     out = [("add_1x10", lambda n, r: bench_add(n, False, r)), ("add_1x10_grad", lambda n, r: bench_add(n, True, r))]
     for m, k, n in MATMUL_SHAPES:
         out.append((f"matmul_{m}x{k}x{n}", lambda name, r, m=m, k=k, n=n: bench_matmul(name, m, k, n, r)))
+    return out
+
+
+def benches():
+    """This file's benches, then each bench/torch_<family>.py module's."""
+    out = core_benches()
+    here = pathlib.Path(__file__).resolve().parent
+    for path in sorted(here.glob("torch_*.py")):
+        if path.stem not in ("torch_bench", "torch_util"):
+            out += importlib.import_module(path.stem).benches()
     return out
 
 
