@@ -16,9 +16,12 @@ namespace kiln::cpu {
 
 namespace detail {
 
-/// True when x can be read as a flat array laid out like out.
-inline bool flat_like(const Tensor& out, const Tensor& x) {
-  return x.shape() == out.shape() && x.is_contiguous();
+/// x's byte step when it can be read alongside a contiguous out as a flat
+/// array: its item size when contiguous with out's shape, 0 when it holds a
+/// single element (a broadcast scalar); -1 when it needs the strided walk.
+inline int64_t flat_step(const Tensor& out, const Tensor& x) {
+  if (x.shape() == out.shape() && x.is_contiguous()) return x.itemsize();
+  return x.numel() == 1 ? 0 : -1;
 }
 
 /// Runs run(ptrs, itemsizes, n) over a flat range, in parallel when large.
@@ -59,9 +62,10 @@ void unary_loop(const Tensor& out, const Tensor& x, const F& f) {
       for (int64_t j = 0; j < n; ++j) detail::at<O>(p[0], j, s[0]) = O(f(CA(detail::at<A>(p[1], j, s[1]))));
     }
   };
-  if (detail::flat_like(out, x) && out.is_contiguous()) {
+  const int64_t sx = detail::flat_step(out, x);
+  if (out.is_contiguous() && sx >= 0) {
     detail::run_flat<2>({static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
-                        {int64_t(sizeof(O)), int64_t(sizeof(A))}, out.numel(), run);
+                        {int64_t(sizeof(O)), sx}, out.numel(), run);
   } else {
     for_each_run<2>({&out, &x}, run);
   }
@@ -89,10 +93,11 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const F& f
         detail::at<O>(p[0], j, s[0]) = O(f(CA(detail::at<A>(p[1], j, s[1])), CB(detail::at<B>(p[2], j, s[2]))));
     }
   };
-  if (out.is_contiguous() && detail::flat_like(out, a) && detail::flat_like(out, b)) {
+  const int64_t sa = detail::flat_step(out, a), sb = detail::flat_step(out, b);
+  if (out.is_contiguous() && sa >= 0 && sb >= 0) {
     detail::run_flat<3>({static_cast<char*>(out.data_ptr()), static_cast<char*>(a.data_ptr()),
                          static_cast<char*>(b.data_ptr())},
-                        {int64_t(sizeof(O)), int64_t(sizeof(A)), int64_t(sizeof(B))}, out.numel(), run);
+                        {int64_t(sizeof(O)), sa, sb}, out.numel(), run);
   } else {
     for_each_run<3>({&out, &a, &b}, run);
   }
@@ -115,11 +120,11 @@ void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
                 acc_t<C>(detail::at<C>(p[3], j, s[3]))));
     }
   };
-  if (out.is_contiguous() && detail::flat_like(out, a) && detail::flat_like(out, b) && detail::flat_like(out, c)) {
+  const int64_t sa = detail::flat_step(out, a), sb = detail::flat_step(out, b), sc = detail::flat_step(out, c);
+  if (out.is_contiguous() && sa >= 0 && sb >= 0 && sc >= 0) {
     detail::run_flat<4>({static_cast<char*>(out.data_ptr()), static_cast<char*>(a.data_ptr()),
                          static_cast<char*>(b.data_ptr()), static_cast<char*>(c.data_ptr())},
-                        {int64_t(sizeof(O)), int64_t(sizeof(A)), int64_t(sizeof(B)), int64_t(sizeof(C))},
-                        out.numel(), run);
+                        {int64_t(sizeof(O)), sa, sb, sc}, out.numel(), run);
   } else {
     for_each_run<4>({&out, &a, &b, &c}, run);
   }
