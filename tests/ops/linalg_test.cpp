@@ -322,8 +322,9 @@ TEST(LinalgKernel, PrimitiveCacheHitsOnRepeatedShapes) {
 
 TEST(LinalgKernel, ThreadCountFollowsKiln) {
   int saved = get_num_threads();
-  Tensor a = random({64, 64}, 10), b = random({64, 64}, 11);
-  Tensor want = zeros({64, 64});
+  // Large enough to run on kiln's count (small products run on one thread).
+  Tensor a = random({128, 128}, 10), b = random({128, 128}, 11);
+  Tensor want = zeros({128, 128});
   cpu::ref::matmul(a, b, want);
   for (int n : {1, 2, 3}) {
     set_num_threads(n);

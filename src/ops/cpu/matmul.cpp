@@ -342,6 +342,13 @@ Entry make_entry(const Geometry& g, DType dt, int64_t a_sm, int64_t a_sk, int64_
   return e;
 }
 
+// Threads for a product: kiln's count, or 1 below about half a million
+// multiply-adds.
+int threads_for(const Geometry& g) {
+  constexpr int64_t kSerialMacs = int64_t(1) << 19;
+  return g.batch_count() * g.M * g.N * g.K < kSerialMacs ? 1 : get_num_threads();
+}
+
 // Runs the canonical product on oneDNN. Returns false (having done nothing)
 // when oneDNN would only offer its slow reference code for this layout, or
 // does not take it at all.
@@ -353,8 +360,15 @@ bool run_dnnl(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor&
   const DType bias_dt = ep.bias ? ep.bias->dtype() : dt;
   const float alpha = ep.alpha.to<float>(), beta = ep.beta.to<float>();
 
+  // oneDNN's OpenMP code uses the calling thread's count, both when it plans a
+  // primitive and when it runs one: keep it at kiln's, except for products
+  // too small to repay a fork-join (a 64^3 product takes ~5 us; waking a
+  // second thread costs ~1 us quiet, far more when the cores are shared).
+  const int nt = threads_for(g);
+  if (omp_get_max_threads() != nt) omp_set_num_threads(nt);
+
   Key key;
-  key.push(int64_t(dt) | int64_t(bias_dt) << 8 | int64_t(ep.bias != nullptr) << 16);
+  key.push(int64_t(dt) | int64_t(bias_dt) << 8 | int64_t(ep.bias != nullptr) << 16 | int64_t(nt) << 24);
   key.push(int64_t(std::bit_cast<uint32_t>(alpha)) << 32 | std::bit_cast<uint32_t>(beta));
   for (int64_t x : {g.M, g.K, g.N, a_sm, a_sk, b_sk, b_sn, g.o_sm, g.o_sn}) key.push(x);
   for (size_t d = 0; d < g.batch.size(); ++d) {
@@ -374,10 +388,8 @@ bool run_dnnl(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor&
   e->wei.set_data_handle(b.data_ptr());
   e->dst.set_data_handle(out.data_ptr());
   if (ep.bias) e->bias.set_data_handle(ep.bias->data_ptr());
-  // oneDNN's OpenMP code uses the calling thread's count: keep it at kiln's.
-  const int nt = get_num_threads();
-  if (omp_get_max_threads() != nt) omp_set_num_threads(nt);
   dnnl_status_t st = dnnl_primitive_execute(e->prim.get(), stream().get(), e->nargs, e->args.data());
+  if (nt != get_num_threads()) omp_set_num_threads(get_num_threads());  // leave the thread at kiln's count
   KILN_CHECK(st == dnnl_success, kOp, "oneDNN failed to run {} on a {} x {} x {} product (status {})", e->impl, g.M,
              g.K, g.N, int(st));
   return true;
