@@ -5,9 +5,7 @@
 namespace kiln {
 namespace {
 
-using testing::all_close;
-using testing::equal;
-using testing::leaf;
+using namespace testing;
 
 Tensor f64(std::vector<double> v) { return tensor(v); }
 

@@ -5,8 +5,7 @@
 namespace kiln {
 namespace {
 
-using testing::all_close;
-using testing::equal;
+using namespace testing;
 
 Tensor f64(std::vector<double> v) { return tensor(v); }
 

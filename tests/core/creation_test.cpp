@@ -5,9 +5,7 @@
 namespace kiln {
 namespace {
 
-using testing::all_close;
-using testing::equal;
-using testing::golden_tensor;
+using namespace testing;
 
 Tensor expected(const std::string& key) { return golden_tensor(testing::golden("core").at("creation").at(key)); }
 

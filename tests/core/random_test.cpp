@@ -11,7 +11,7 @@
 namespace kiln {
 namespace {
 
-using testing::equal;
+using namespace testing;
 
 struct ThreadCount {  // restores the thread count at scope exit
   int saved = get_num_threads();

@@ -6,7 +6,7 @@
 namespace kiln {
 namespace {
 
-using testing::equal;
+using namespace testing;
 
 TEST(Tensor, Metadata) {
   Tensor t = Tensor::empty({2, 3, 4}, kF64);

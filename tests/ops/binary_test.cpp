@@ -12,12 +12,7 @@
 namespace kiln {
 namespace {
 
-using testing::all_close;
-using testing::equal;
-using testing::golden;
-using testing::golden_tensor;
-using testing::leaf;
-using testing::noncontiguous;
+using namespace testing;
 
 // ---------------------------------------------------------------------------
 // Goldens: each case names its inputs (from elementwise_inputs) or gives numbers.

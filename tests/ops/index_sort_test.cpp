@@ -5,12 +5,7 @@
 namespace kiln {
 namespace {
 
-using testing::all_close;
-using testing::equal;
-using testing::golden;
-using testing::golden_tensor;
-using testing::leaf;
-using testing::noncontiguous;
+using namespace testing;
 
 Tensor o(const std::string& name) { return golden_tensor(golden("index_order").at(name)); }
 

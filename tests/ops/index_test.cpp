@@ -9,13 +9,7 @@
 namespace kiln {
 namespace {
 
-using testing::all_close;
-using testing::equal;
-using testing::golden;
-using testing::golden_tensor;
-using testing::leaf;
-using testing::noncontiguous;
-using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+using namespace testing;
 
 Tensor g(const char* name) { return golden_tensor(golden("index_gather").at(name)); }
 

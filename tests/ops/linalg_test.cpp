@@ -11,12 +11,7 @@
 namespace kiln {
 namespace {
 
-using testing::all_close;
-using testing::golden;
-using testing::golden_tensor;
-using testing::leaf;
-using testing::noncontiguous;
-using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+using namespace testing;
 
 // ---------------------------------------------------------------------------
 // Helpers

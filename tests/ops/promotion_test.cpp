@@ -5,7 +5,7 @@
 namespace kiln {
 namespace {
 
-using testing::golden;
+using namespace testing;
 
 DType dtype_named(const std::string& s) {
   for (DType t : {kBool, kU8, kI32, kI64, kBF16, kF32, kF64})

@@ -13,12 +13,7 @@
 namespace kiln {
 namespace {
 
-using testing::all_close;
-using testing::equal;
-using testing::golden;
-using testing::golden_tensor;
-using testing::leaf;
-using testing::noncontiguous;
+using namespace testing;
 using Outs = std::vector<Tensor>;
 using CaseFn = std::function<Outs(const Tensor&)>;
 

@@ -14,11 +14,7 @@
 namespace kiln {
 namespace {
 
-using testing::all_close;
-using testing::golden;
-using testing::golden_tensor;
-using testing::leaf;
-using testing::noncontiguous;
+using namespace testing;
 
 TEST(SoftmaxGolden, MatchesPyTorch) {
   const std::map<std::string, std::function<Tensor(const Tensor&)>> fns = {

@@ -14,12 +14,7 @@
 namespace kiln {
 namespace {
 
-using testing::all_close;
-using testing::equal;
-using testing::golden;
-using testing::golden_tensor;
-using testing::leaf;
-using testing::noncontiguous;
+using namespace testing;
 
 // ---------------------------------------------------------------------------
 // Goldens

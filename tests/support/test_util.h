@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "kiln/kiln.h"
 
 namespace kiln::testing {
+
+/// A function of a test's inputs, as gradcheck takes it.
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 /// Loads tests/goldens/<name>.json.
 const nlohmann::json& golden(const std::string& name);
