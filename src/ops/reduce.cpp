@@ -430,7 +430,7 @@ Tensor truth(const char* op, const Tensor& x, const Shape& rd, bool keepdim) {
   Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), kBool);
   if (And) cpu::all(x, out, rd);
   else cpu::any(x, out, rd);
-  return out;
+  return x.dtype() == kU8 ? to(out, kU8) : out;  // PyTorch keeps u8 for u8 input
 }
 
 }  // namespace

@@ -125,6 +125,7 @@ TEST(ReduceGolden, Statistics) {
       {"all_bool", [](const Tensor& x) { return Outs{all(x), all(x, 0), all(x, 1, true)}; }},
       {"any_i32", [](const Tensor& x) { return Outs{any(x), any(x, 0), any(x, 1)}; }},
       {"all_f32_1", [](const Tensor& x) { return Outs{all(x, 1)}; }},
+      {"all_any_u8", [](const Tensor& x) { return Outs{all(x), any(x, 1), all(x, 0)}; }},
   });
 }
 

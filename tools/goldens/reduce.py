@@ -102,7 +102,8 @@ def _stats():
     xi = torch.tensor([[0, 2, 3], [0, 0, 0]], dtype=torch.int32)
     ninf = float("-inf")
     xl = torch.tensor([[ninf, ninf, ninf], [1.0, ninf, 2.0], [1000.0, 1000.0, 999.0]])
-    f = _File(x=x, xr=xr, xb=xb, xi=xi, xl=xl)
+    xu = (xi.abs() % 3).to(torch.uint8)
+    f = _File(x=x, xr=xr, xb=xb, xi=xi, xl=xl, xu=xu)
     f.case("var_all", "x", x.var())
     f.case("var_1", "x", x.var(1))
     f.case("var_02_biased_keep", "x", x.var((0, 2), unbiased=False, keepdim=True))
@@ -121,6 +122,7 @@ def _stats():
     f.case("all_bool", "xb", xb.all(), xb.all(0), xb.all(1, keepdim=True))
     f.case("any_i32", "xi", xi.any(), xi.any(0), xi.any(1))
     f.case("all_f32_1", "xr", xr.all(1))
+    f.case("all_any_u8", "xu", xu.all(), xu.any(1), xu.all(0))
     return f.json()
 
 

@@ -49,7 +49,7 @@ Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim = false);
 /// log(sum(exp(x))) computed stably.
 Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
 
-/// Bool results: any nonzero / all nonzero.
+/// All / any element nonzero: bool results (u8 for u8 input, as in PyTorch).
 Tensor all(const Tensor& x);
 Tensor all(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor any(const Tensor& x);
