@@ -9,6 +9,7 @@
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
+#include "src/ops/checks.h"
 #include "src/ops/cpu/copy.h"
 #include "src/ops/cpu/elementwise.h"
 
@@ -18,10 +19,6 @@ using cpu::BinaryOp;
 using cpu::OpParams;
 
 namespace {
-
-void check_defined(const char* op, const Tensor& t, const char* arg) {
-  KILN_CHECK(t.defined(), op, "{} is an undefined tensor", arg);
-}
 
 /// The gradient of a broadcast operand: summed to its shape, in its dtype.
 Tensor reduce_grad(const Tensor& g, const Shape& shape, DType dtype) {

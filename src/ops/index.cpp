@@ -5,16 +5,13 @@
 #include "kiln/ops/creation.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
+#include "src/ops/checks.h"
 #include "src/ops/cpu/copy.h"
 #include "src/ops/cpu/index.h"
 
 namespace kiln {
 
 namespace {
-
-void check_defined(const char* op, const Tensor& t, const char* what) {
-  KILN_CHECK(t.defined(), op, "{} is an undefined tensor", what);
-}
 
 void check_index_dtype(const char* op, const Tensor& index, const char* what = "index") {
   check_defined(op, index, what);

@@ -6,6 +6,7 @@
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
+#include "src/ops/checks.h"
 #include "src/ops/cpu/copy.h"
 #include "src/ops/cpu/matmul.h"
 
@@ -25,10 +26,6 @@ Tensor raw_transpose(const Tensor& t) {
   std::swap(s[s.size() - 1], s[s.size() - 2]);
   std::swap(st[st.size() - 1], st[st.size() - 2]);
   return raw_view(t, s, st);
-}
-
-void check_defined(const char* op, const Tensor& t, const char* arg) {
-  KILN_CHECK(t.defined(), op, "{} is an undefined tensor", arg);
 }
 
 // Two operands of one product: same dtype (no implicit promotion, as in

@@ -13,13 +13,13 @@
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
+#include "src/ops/checks.h"
 #include "src/ops/cpu/reduce.h"
 
 namespace kiln {
 
 namespace {
 
-void check_defined(const char* op, const Tensor& x) { KILN_CHECK(x.defined(), op, "input is an undefined tensor"); }
 
 // Wrapped, sorted, unique reduced dims; empty `dims` means all dims.
 Shape reduce_dims(const char* op, const Tensor& x, const Shape& dims) {

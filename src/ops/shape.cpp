@@ -6,6 +6,7 @@
 #include "kiln/ops/creation.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
+#include "src/ops/checks.h"
 #include "src/ops/cpu/copy.h"
 
 namespace kiln {
@@ -73,6 +74,7 @@ bool view_strides(const Shape& shape, const Strides& strides, const Shape& new_s
 }  // namespace
 
 Tensor view(const Tensor& x, const Shape& shape) {
+  check_defined("view", x);
   Shape s = infer_shape("view", shape, x.numel(), x.shape());
   Strides st;
   KILN_CHECK(view_strides(x.shape(), x.strides(), s, st), "view",
@@ -86,6 +88,7 @@ Tensor view(const Tensor& x, const Shape& shape) {
 }
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
+  check_defined("reshape", x);
   Shape s = infer_shape("reshape", shape, x.numel(), x.shape());
   Strides st;
   if (view_strides(x.shape(), x.strides(), s, st)) return view(x, s);
@@ -93,6 +96,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+  check_defined("transpose", x);
   int64_t d0 = wrap_dim("transpose", dim0, x.dim()), d1 = wrap_dim("transpose", dim1, x.dim());
   if (x.dim() == 0) return view(x, x.shape());  // recorded, unlike a bare alias
   Shape s = x.shape();
@@ -106,6 +110,7 @@ Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
 }
 
 Tensor permute(const Tensor& x, const Shape& dims) {
+  check_defined("permute", x);
   int64_t n = x.dim();
   KILN_CHECK(int64_t(dims.size()) == n, "permute", "got {} dims {} for a tensor of shape {}", dims.size(),
              to_string(dims), to_string(x.shape()));
@@ -124,6 +129,7 @@ Tensor permute(const Tensor& x, const Shape& dims) {
 }
 
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
+  check_defined("narrow", x);
   KILN_CHECK(x.dim() > 0, "narrow", "cannot narrow a 0-dim tensor");
   int64_t d = wrap_dim("narrow", dim, x.dim());
   int64_t n = x.shape()[d];
@@ -154,6 +160,7 @@ Tensor slice_backward(const Tensor& g, const Shape& in_shape, int64_t dim, int64
 }  // namespace
 
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  check_defined("slice", x);
   KILN_CHECK(x.dim() > 0, "slice", "cannot slice a 0-dim tensor");
   int64_t d = wrap_dim("slice", dim, x.dim());
   KILN_CHECK(step >= 1, "slice", "step must be positive, got {}", step);
@@ -174,6 +181,7 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
 }
 
 Tensor select(const Tensor& x, int64_t dim, int64_t index) {
+  check_defined("select", x);
   KILN_CHECK(x.dim() > 0, "select", "cannot index a 0-dim tensor");
   int64_t d = wrap_dim("select", dim, x.dim());
   int64_t n = x.shape()[d];
@@ -185,6 +193,7 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
 }
 
 Tensor expand(const Tensor& x, const Shape& shape) {
+  check_defined("expand", x);
   int64_t n = int64_t(shape.size()), off = n - x.dim();
   KILN_CHECK(off >= 0, "expand", "cannot expand {} to fewer dims {}", to_string(x.shape()), to_string(shape));
   Shape s = Shape::filled(size_t(n), 0);
@@ -213,6 +222,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
 Tensor broadcast_to(const Tensor& x, const Shape& shape) { return expand(x, shape); }
 
 Tensor squeeze(const Tensor& x) {
+  check_defined("squeeze", x);
   Shape s;
   for (int64_t d : x.shape())
     if (d != 1) s.push_back(d);
@@ -220,6 +230,7 @@ Tensor squeeze(const Tensor& x) {
 }
 
 Tensor squeeze(const Tensor& x, int64_t dim) {
+  check_defined("squeeze", x);
   if (x.dim() == 0) return view(x, x.shape());
   int64_t d = wrap_dim("squeeze", dim, x.dim());
   if (x.shape()[d] != 1) return view(x, x.shape());
@@ -233,6 +244,7 @@ Tensor squeeze(const Tensor& x, int64_t dim) {
 }
 
 Tensor unsqueeze(const Tensor& x, int64_t dim) {
+  check_defined("unsqueeze", x);
   int64_t d = wrap_dim("unsqueeze", dim, x.dim() + 1);
   Shape s = x.shape();
   Strides st = x.strides();
@@ -245,6 +257,7 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
 }
 
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
+  check_defined("flatten", x);
   if (x.dim() == 0) return reshape(x, {1});
   int64_t s0 = wrap_dim("flatten", start_dim, x.dim()), s1 = wrap_dim("flatten", end_dim, x.dim());
   KILN_CHECK(s0 <= s1, "flatten", "start_dim {} comes after end_dim {}", start_dim, end_dim);
@@ -258,6 +271,7 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
 }
 
 Tensor unflatten(const Tensor& x, int64_t dim, const Shape& sizes) {
+  check_defined("unflatten", x);
   int64_t d = wrap_dim("unflatten", dim, x.dim());
   Shape inner = infer_shape("unflatten", sizes, x.shape()[d], Shape{x.shape()[d]});
   Shape s;
@@ -267,9 +281,13 @@ Tensor unflatten(const Tensor& x, int64_t dim, const Shape& sizes) {
   return reshape(x, s);
 }
 
-Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
+Tensor contiguous(const Tensor& x) {
+  check_defined("contiguous", x);
+  return x.is_contiguous() ? x : clone(x);
+}
 
 Tensor clone(const Tensor& x) {
+  check_defined("clone", x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   cpu::copy(x, out);
   if (needs_grad(x)) record("clone", {x}, {out}, {}, [](const VjpArgs& a) -> Grads { return {a.grad()}; });
@@ -277,6 +295,7 @@ Tensor clone(const Tensor& x) {
 }
 
 Tensor to(const Tensor& x, DType dtype) {
+  check_defined("to", x);
   if (x.dtype() == dtype) return x;
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
   cpu::copy(x, out);
@@ -286,8 +305,8 @@ Tensor to(const Tensor& x, DType dtype) {
 }
 
 Tensor copy_(const Tensor& dst, const Tensor& src) {
-  KILN_CHECK(dst.defined() && src.defined(), "copy_", "undefined tensor");
-  broadcast_shapes("copy_", dst.shape(), src.shape());
+  check_defined("copy_", dst, "self");
+  check_defined("copy_", src, "src");
   Shape b = broadcast_shapes("copy_", dst.shape(), src.shape());
   KILN_CHECK(b == dst.shape(), "copy_", "source {} does not broadcast to destination {}", to_string(src.shape()),
              to_string(dst.shape()));
@@ -302,6 +321,7 @@ Tensor copy_(const Tensor& dst, const Tensor& src) {
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
+  check_defined("sum_to", x);
   if (x.shape() == shape) return x;
   int64_t lead = x.dim() - int64_t(shape.size());
   KILN_CHECK(lead >= 0, "sum_to", "cannot sum {} to the larger shape {}", to_string(x.shape()), to_string(shape));

@@ -291,6 +291,27 @@ TEST(ViewErrors, Messages) {
   EXPECT_KILN_ERROR(zeros({2, 3, 4}).t(), "[t] expects a tensor with <= 2 dims, got [2, 3, 4]");
 }
 
+TEST(ViewErrors, UndefinedInput) {
+  const Tensor u;
+  EXPECT_KILN_ERROR(view(u, {1}), "[view] input is an undefined tensor");
+  EXPECT_KILN_ERROR(reshape(u, {1}), "[reshape] input is an undefined tensor");
+  EXPECT_KILN_ERROR(transpose(u, 0, 1), "[transpose] input is an undefined tensor");
+  EXPECT_KILN_ERROR(permute(u, {0}), "[permute] input is an undefined tensor");
+  EXPECT_KILN_ERROR(narrow(u, 0, 0, 1), "[narrow] input is an undefined tensor");
+  EXPECT_KILN_ERROR(slice(u, 0, 0, 1), "[slice] input is an undefined tensor");
+  EXPECT_KILN_ERROR(select(u, 0, 0), "[select] input is an undefined tensor");
+  EXPECT_KILN_ERROR(expand(u, {2}), "[expand] input is an undefined tensor");
+  EXPECT_KILN_ERROR(squeeze(u), "[squeeze] input is an undefined tensor");
+  EXPECT_KILN_ERROR(unsqueeze(u, 0), "[unsqueeze] input is an undefined tensor");
+  EXPECT_KILN_ERROR(flatten(u), "[flatten] input is an undefined tensor");
+  EXPECT_KILN_ERROR(contiguous(u), "[contiguous] input is an undefined tensor");
+  EXPECT_KILN_ERROR(clone(u), "[clone] input is an undefined tensor");
+  EXPECT_KILN_ERROR(to(u, kF64), "[to] input is an undefined tensor");
+  EXPECT_KILN_ERROR(sum_to(u, {1}), "[sum_to] input is an undefined tensor");
+  EXPECT_KILN_ERROR(copy_(zeros({1}), u), "[copy_] src is an undefined tensor");
+  EXPECT_KILN_ERROR(copy_(u, zeros({1})), "[copy_] self is an undefined tensor");
+}
+
 TEST(ViewErrors, CopyInto) {
   Tensor dst = zeros({2, 3});
   EXPECT_KILN_ERROR(copy_(dst, zeros({4})), "[copy_] shapes [2, 3] and [4] cannot be broadcast");

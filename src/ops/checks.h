@@ -1,0 +1,15 @@
+// Argument checks shared by the ops (each op validates before it allocates
+// or writes anything; see docs/adding_an_op.md).
+#pragma once
+
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+/// Throws "[op] <arg> is an undefined tensor" for a default-constructed Tensor.
+inline void check_defined(const char* op, const Tensor& t, const char* arg = "input") {
+  KILN_CHECK(t.defined(), op, "{} is an undefined tensor", arg);
+}
+
+}  // namespace kiln
