@@ -1,0 +1,249 @@
+// CPU pooling: max with argmax, average through window tables, their
+// gradients, and the plain ref:: loops. Planes [H, W] are independent, so
+// every kernel runs parallel over planes; inner loops run along an output
+// row so they vectorize.
+#include "src/ops/cpu/pool.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kiln/core/parallel.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// Planes per parallel task: about 32K elements of input each.
+int64_t plane_grain(int64_t plane) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(plane, 1)); }
+
+template <class Fn>
+void floating(DType t, Fn&& fn) {
+  dispatch(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (is_floating(dtype_v<T>)) fn(tag);
+  });
+}
+
+// Output columns ow whose tap column ow * s - p + off lies in [0, W): [lo, hi).
+void valid_cols(int64_t OW, int64_t W, int64_t s, int64_t p, int64_t off, int64_t& lo, int64_t& hi) {
+  const int64_t a = p - off;                  // ow * s >= a
+  lo = a <= 0 ? 0 : (a + s - 1) / s;
+  const int64_t b = W - 1 + p - off;          // ow * s <= b
+  hi = b < 0 ? 0 : std::min(OW, b / s + 1);
+  lo = std::min(lo, hi);
+}
+
+}  // namespace
+
+void max_pool2d(const MaxPoolGeom& g, const Tensor& x_in, const Tensor& out, const Tensor& indices) {
+  if (out.numel() == 0) return;
+  Tensor x = x_in.contiguous();
+  floating(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    int64_t* ip = static_cast<int64_t*>(indices.data_ptr());
+    parallel_for(0, g.N, plane_grain(g.H * g.W), [&](int64_t lo, int64_t hi) {
+      // One output row's running max and argmax (-1: no tap seen yet).
+      std::vector<A> mv(static_cast<size_t>(g.OW));
+      std::vector<int64_t> mi(static_cast<size_t>(g.OW));
+      for (int64_t n = lo; n < hi; ++n) {
+        const T* plane = xp + n * g.H * g.W;
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          std::fill(mv.begin(), mv.end(), -std::numeric_limits<A>::infinity());
+          std::fill(mi.begin(), mi.end(), int64_t(-1));
+          A* m = mv.data();
+          int64_t* mx = mi.data();
+          for (int64_t kh = 0; kh < g.kh; ++kh) {  // taps in raster order, like PyTorch: ties keep the first
+            const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+            if (ih < 0 || ih >= g.H) continue;
+            const T* row = plane + ih * g.W;
+            for (int64_t kw = 0; kw < g.kw; ++kw) {
+              const int64_t off = kw * g.dw - g.pw;
+              int64_t a, b;
+              valid_cols(g.OW, g.W, g.sw, g.pw, kw * g.dw, a, b);
+              const int64_t base = ih * g.W + off;
+#pragma omp simd
+              for (int64_t ow = a; ow < b; ++ow) {
+                const A v = A(row[ow * g.sw + off]);
+                const bool take = mx[ow] < 0 || v > m[ow] || v != v;
+                m[ow] = take ? v : m[ow];
+                mx[ow] = take ? base + ow * g.sw : mx[ow];
+              }
+            }
+          }
+          T* orow = op + (n * g.OH + oh) * g.OW;
+          int64_t* irow = ip + (n * g.OH + oh) * g.OW;
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            orow[ow] = T(m[ow]);
+            irow[ow] = mx[ow];
+          }
+        }
+      }
+    });
+  });
+}
+
+void max_pool2d_backward(const MaxPoolGeom& g, const Tensor& grad_out, const Tensor& indices_in,
+                         const Tensor& grad_in) {
+  if (grad_in.numel() == 0) return;
+  Tensor go = grad_out.contiguous(), idx = indices_in.contiguous();
+  floating(grad_in.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* gp = static_cast<const T*>(go.data_ptr());
+    const int64_t* ip = static_cast<const int64_t*>(idx.data_ptr());
+    T* xp = static_cast<T*>(grad_in.data_ptr());
+    const int64_t plane = g.H * g.W, oplane = g.OH * g.OW;
+    parallel_for(0, g.N, plane_grain(plane), [&](int64_t lo, int64_t hi) {
+      for (int64_t n = lo; n < hi; ++n) {
+        T* gx = xp + n * plane;
+        std::fill(gx, gx + plane, T(0));
+        const T* gy = gp + n * oplane;
+        const int64_t* id = ip + n * oplane;
+        for (int64_t i = 0; i < oplane; ++i) gx[id[i]] = T(A(gx[id[i]]) + A(gy[i]));  // windows may overlap
+      }
+    });
+  });
+}
+
+void avg_pool2d(const AvgWindows& w, const Tensor& x_in, const Tensor& out) {
+  if (out.numel() == 0) return;
+  Tensor x = x_in.contiguous();
+  const int64_t OH = w.OH(), OW = w.OW();
+  floating(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    parallel_for(0, w.N, plane_grain(w.H * w.W), [&](int64_t lo, int64_t hi) {
+      std::vector<A> acc(static_cast<size_t>(OW));
+      for (int64_t n = lo; n < hi; ++n) {
+        const T* plane = xp + n * w.H * w.W;
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          std::fill(acc.begin(), acc.end(), A(0));
+          for (int64_t h = w.h0[size_t(oh)]; h < w.h1[size_t(oh)]; ++h) {
+            const T* row = plane + h * w.W;
+            for (int64_t ow = 0; ow < OW; ++ow) {
+              A s = 0;
+              for (int64_t c = w.w0[size_t(ow)]; c < w.w1[size_t(ow)]; ++c) s += A(row[c]);
+              acc[size_t(ow)] += s;
+            }
+          }
+          T* orow = op + (n * OH + oh) * OW;
+          const A hn = A(w.hn[size_t(oh)]);
+          for (int64_t ow = 0; ow < OW; ++ow) orow[ow] = T(acc[size_t(ow)] / (hn * A(w.wn[size_t(ow)])));
+        }
+      }
+    });
+  });
+}
+
+void avg_pool2d_backward(const AvgWindows& w, const Tensor& grad_out, const Tensor& grad_in) {
+  if (grad_in.numel() == 0) return;
+  Tensor go = grad_out.contiguous();
+  const int64_t OH = w.OH(), OW = w.OW(), plane = w.H * w.W;
+  floating(grad_in.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* gp = static_cast<const T*>(go.data_ptr());
+    T* xp = static_cast<T*>(grad_in.data_ptr());
+    parallel_for(0, w.N, plane_grain(plane), [&](int64_t lo, int64_t hi) {
+      std::vector<A> acc(static_cast<size_t>(plane));  // in acc_t so bf16 overlaps do not round at every add
+      for (int64_t n = lo; n < hi; ++n) {
+        std::fill(acc.begin(), acc.end(), A(0));
+        const T* gy = gp + n * OH * OW;
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          const A hn = A(w.hn[size_t(oh)]);
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const A v = A(gy[oh * OW + ow]) / (hn * A(w.wn[size_t(ow)]));
+            for (int64_t h = w.h0[size_t(oh)]; h < w.h1[size_t(oh)]; ++h) {
+              A* row = acc.data() + h * w.W;
+#pragma omp simd
+              for (int64_t c = w.w0[size_t(ow)]; c < w.w1[size_t(ow)]; ++c) row[c] += v;
+            }
+          }
+        }
+        T* gx = xp + n * plane;
+        for (int64_t i = 0; i < plane; ++i) gx[i] = T(acc[size_t(i)]);
+      }
+    });
+  });
+}
+
+namespace ref {
+
+void max_pool2d(const MaxPoolGeom& g, const Tensor& x_in, const Tensor& out, const Tensor& indices) {
+  Tensor x = x_in.contiguous();
+  floating(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    int64_t* ip = static_cast<int64_t*>(indices.data_ptr());
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          double best = 0;
+          int64_t arg = -1;
+          for (int64_t kh = 0; kh < g.kh; ++kh)
+            for (int64_t kw = 0; kw < g.kw; ++kw) {
+              const int64_t ih = oh * g.sh - g.ph + kh * g.dh, iw = ow * g.sw - g.pw + kw * g.dw;
+              if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+              const double v = double(xp[(n * g.H + ih) * g.W + iw]);
+              if (arg < 0 || v > best || std::isnan(v)) best = v, arg = ih * g.W + iw;
+            }
+          op[(n * g.OH + oh) * g.OW + ow] = T(best);
+          ip[(n * g.OH + oh) * g.OW + ow] = arg;
+        }
+  });
+}
+
+void avg_pool2d(const Tensor& x_in, const Tensor& out, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
+                int64_t pw, bool count_include_pad) {
+  Tensor x = x_in.contiguous();
+  const int64_t N = x.shape()[0], H = x.shape()[1], W = x.shape()[2], OH = out.shape()[1], OW = out.shape()[2];
+  floating(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          // The window in padded coordinates, cut at the far padding edge.
+          int64_t hs = oh * sh - ph, ws = ow * sw - pw;
+          int64_t he = std::min(hs + kh, H + ph), we = std::min(ws + kw, W + pw);
+          const int64_t padded = (he - hs) * (we - ws);
+          hs = std::max<int64_t>(hs, 0), ws = std::max<int64_t>(ws, 0);
+          he = std::min(he, H), we = std::min(we, W);
+          double s = 0;
+          for (int64_t h = hs; h < he; ++h)
+            for (int64_t c = ws; c < we; ++c) s += double(xp[(n * H + h) * W + c]);
+          op[(n * OH + oh) * OW + ow] = T(s / double(count_include_pad ? padded : (he - hs) * (we - ws)));
+        }
+  });
+}
+
+void adaptive_avg_pool2d(const Tensor& x_in, const Tensor& out) {
+  Tensor x = x_in.contiguous();
+  const int64_t N = x.shape()[0], H = x.shape()[1], W = x.shape()[2], OH = out.shape()[1], OW = out.shape()[2];
+  floating(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t hs = (oh * H) / OH, he = ((oh + 1) * H + OH - 1) / OH;
+          const int64_t ws = (ow * W) / OW, we = ((ow + 1) * W + OW - 1) / OW;
+          double s = 0;
+          for (int64_t h = hs; h < he; ++h)
+            for (int64_t c = ws; c < we; ++c) s += double(xp[(n * H + h) * W + c]);
+          op[(n * OH + oh) * OW + ow] = T(s / double((he - hs) * (we - ws)));
+        }
+  });
+}
+
+}  // namespace ref
+
+}  // namespace kiln::cpu
