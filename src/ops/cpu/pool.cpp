@@ -24,15 +24,6 @@ void floating(DType t, Fn&& fn) {
   });
 }
 
-// Output columns ow whose tap column ow * s - p + off lies in [0, W): [lo, hi).
-void valid_cols(int64_t OW, int64_t W, int64_t s, int64_t p, int64_t off, int64_t& lo, int64_t& hi) {
-  const int64_t a = p - off;                  // ow * s >= a
-  lo = a <= 0 ? 0 : (a + s - 1) / s;
-  const int64_t b = W - 1 + p - off;          // ow * s <= b
-  hi = b < 0 ? 0 : std::min(OW, b / s + 1);
-  lo = std::min(lo, hi);
-}
-
 }  // namespace
 
 void max_pool2d(const MaxPoolGeom& g, const Tensor& x_in, const Tensor& out, const Tensor& indices) {
@@ -45,39 +36,33 @@ void max_pool2d(const MaxPoolGeom& g, const Tensor& x_in, const Tensor& out, con
     T* op = static_cast<T*>(out.data_ptr());
     int64_t* ip = static_cast<int64_t*>(indices.data_ptr());
     parallel_for(0, g.N, plane_grain(g.H * g.W), [&](int64_t lo, int64_t hi) {
-      // One output row's running max and argmax (-1: no tap seen yet).
-      std::vector<A> mv(static_cast<size_t>(g.OW));
-      std::vector<int64_t> mi(static_cast<size_t>(g.OW));
       for (int64_t n = lo; n < hi; ++n) {
         const T* plane = xp + n * g.H * g.W;
-        for (int64_t oh = 0; oh < g.OH; ++oh) {
-          std::fill(mv.begin(), mv.end(), -std::numeric_limits<A>::infinity());
-          std::fill(mi.begin(), mi.end(), int64_t(-1));
-          A* m = mv.data();
-          int64_t* mx = mi.data();
-          for (int64_t kh = 0; kh < g.kh; ++kh) {  // taps in raster order, like PyTorch: ties keep the first
-            const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
-            if (ih < 0 || ih >= g.H) continue;
-            const T* row = plane + ih * g.W;
-            for (int64_t kw = 0; kw < g.kw; ++kw) {
-              const int64_t off = kw * g.dw - g.pw;
-              int64_t a, b;
-              valid_cols(g.OW, g.W, g.sw, g.pw, kw * g.dw, a, b);
-              const int64_t base = ih * g.W + off;
-#pragma omp simd
-              for (int64_t ow = a; ow < b; ++ow) {
-                const A v = A(row[ow * g.sw + off]);
-                const bool take = mx[ow] < 0 || v > m[ow] || v != v;
-                m[ow] = take ? v : m[ow];
-                mx[ow] = take ? base + ow * g.sw : mx[ow];
-              }
-            }
-          }
-          T* orow = op + (n * g.OH + oh) * g.OW;
-          int64_t* irow = ip + (n * g.OH + oh) * g.OW;
+        T* orow = op + n * g.OH * g.OW;
+        int64_t* irow = ip + n * g.OH * g.OW;
+        for (int64_t oh = 0; oh < g.OH; ++oh, orow += g.OW, irow += g.OW) {
+          // Taps kh in [kh0, kh1) land inside the plane (dilation skips whole taps).
+          const int64_t ih0 = oh * g.sh - g.ph;
+          const int64_t kh0 = ih0 < 0 ? (-ih0 + g.dh - 1) / g.dh : 0;
+          const int64_t kh1 = std::min(g.kh, (g.H - 1 - ih0) / g.dh + 1);
           for (int64_t ow = 0; ow < g.OW; ++ow) {
-            orow[ow] = T(m[ow]);
-            irow[ow] = mx[ow];
+            // The taps kw in [kw0, kw1) that land inside the plane. The
+            // update is branch-free (random data mispredicts every branch).
+            const int64_t iw0 = ow * g.sw - g.pw;
+            const int64_t kw0 = iw0 < 0 ? (-iw0 + g.dw - 1) / g.dw : 0;
+            const int64_t kw1 = std::min(g.kw, (g.W - 1 - iw0) / g.dw + 1);
+            A best = -std::numeric_limits<A>::infinity();
+            int64_t arg = (ih0 + kh0 * g.dh) * g.W + iw0 + kw0 * g.dw;
+            for (int64_t kh = kh0; kh < kh1; ++kh)
+              for (int64_t kw = kw0; kw < kw1; ++kw) {
+                const int64_t at = (ih0 + kh * g.dh) * g.W + iw0 + kw * g.dw;
+                const A v = A(plane[at]);
+                const bool take = (v > best) | (v != v);  // ties keep the first tap; a NaN wins
+                best = take ? v : best;
+                arg = take ? at : arg;
+              }
+            orow[ow] = T(best);
+            irow[ow] = arg;
           }
         }
       }
