@@ -147,6 +147,7 @@ TEST(ConvKernels, PrimitivesAndReorderedWeightsAreCached) {
   EXPECT_EQ(s1.hits, s0.hits + 1);
   EXPECT_EQ(s1.misses, s0.misses);
   EXPECT_EQ(s1.weight_reorders, s0.weight_reorders) << "an unchanged weight is not reordered again";
+  EXPECT_GT(s1.reorders_skipped, s0.reorders_skipped) << "x and w were found already reordered";
   {
     NoGradGuard ng;
     mul_(w, 2.0);  // bumps the version: the held reorder is stale
@@ -160,6 +161,30 @@ TEST(ConvKernels, PrimitivesAndReorderedWeightsAreCached) {
   cpu::ConvGeom g{2, 16, 32, 1, 10, 10, 10, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
   cpu::ref::conv_forward(g, x, w, nullptr, r);
   EXPECT_TRUE(all_close(y, r, 1e-4, 1e-4)) << "the updated weight is used";
+}
+
+TEST(ConvKernels, InPlaceWritesInvalidateReorderedInputs) {
+  // 16+ channels: blocked layouts, so x is reordered and cached (NOTE [Reordered inputs]).
+  Generator gen(5);
+  Tensor x = randn({2, 16, 6, 6}, gen), w = randn({16, 16, 3, 3}, gen);
+  Tensor y0 = conv2d(x, w, {}, 1, 1);
+  {
+    NoGradGuard ng;
+    add_(x, 1.0);
+  }
+  Tensor y1 = conv2d(x, w, {}, 1, 1);
+  Tensor r = empty(y1.shape());
+  cpu::ConvGeom g{2, 16, 16, 1, 6, 6, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  cpu::ref::conv_forward(g, x, w, nullptr, r);
+  EXPECT_TRUE(all_close(y1, r, 1e-4, 1e-4)) << "the updated input is used";
+  EXPECT_FALSE(all_close(y0, y1, 1e-4, 1e-4));
+  // A new tensor that reuses freed memory is not mistaken for the old one.
+  for (int i = 0; i < 3; ++i) {
+    Tensor xi = randn({2, 16, 6, 6}, gen);
+    Tensor yi = conv2d(xi, w, {}, 1, 1);
+    cpu::ref::conv_forward(g, xi, w, nullptr, r);
+    EXPECT_TRUE(all_close(yi, r, 1e-4, 1e-4)) << "fresh input " << i;
+  }
 }
 
 // ---- gradients ----

@@ -57,17 +57,14 @@ Key make_key(Kind kind, DType dt, bool bias, int threads, const ConvGeom& g) {
 }
 
 // One tensor argument of a primitive: kiln's plain memory (its data handle
-// set per call) and, when oneDNN prefers another layout, a buffer in that
-// layout with the reorder between the two.
+// set per call) and, when oneDNN prefers another layout, memory in that
+// layout with the reorder between the two. Reordered inputs live in the
+// thread's ReorderCache (NOTE [Reordered inputs]); outputs own their buffer.
 struct Arg {
   int id = 0;                 // DNNL_ARG_*
   dnnl::memory user, prim;    // prim == user when the layouts agree
   dnnl::reorder reorder;      // user -> prim (inputs) or prim -> user (outputs)
   bool needs_reorder = false;
-  // Weights only: which tensor prim holds now (NOTE [Reordered weights]).
-  std::weak_ptr<Storage> held;
-  int64_t held_offset = -1;
-  uint64_t held_version = 0;
 };
 
 struct Entry {
@@ -134,9 +131,82 @@ struct ScratchBuffer {
   }
 };
 
+// NOTE [Reordered inputs]: an input reordered into oneDNN's layout is kept,
+// identified by (storage, offset, version counter, layout), in a small
+// per-thread LRU. In a training step the forward pass reorders x and the
+// backward-weights pass finds it; backward-data reorders the output gradient
+// and backward-weights finds it; a weight that did not change since the last
+// call (inference, or the same weight used twice) is not reordered again. Any
+// in-place write bumps the version and so invalidates the copy; freed
+// storage expires its weak_ptr.
+class ReorderCache {
+ public:
+  static constexpr size_t kSlots = 8;
+
+  // The buffer holding t in layout `want`, and whether it is already filled.
+  std::pair<void*, bool> find_or_claim(const Tensor& t, const md& want) {
+    Slot* hit = nullptr;
+    Slot* victim = nullptr;
+    for (Slot& s : slots_) {
+      const bool same = !s.storage.expired() && s.storage.lock() == t.storage() && s.offset == t.storage_offset() &&
+                        s.desc == want;
+      if (same && s.version == t.storage()->version()) {
+        hit = &s;
+        break;
+      }
+      if (same) victim = &s;  // a stale copy of the same tensor: overwrite it
+    }
+    if (hit) {
+      hit->last_use = ++clock_;
+      return {hit->buf.get(), true};
+    }
+    if (!victim) {
+      if (slots_.size() < kSlots) {
+        victim = &slots_.emplace_back();
+      } else {
+        victim = &slots_[0];
+        for (Slot& s : slots_)
+          if (s.last_use < victim->last_use) victim = &s;
+      }
+    }
+    const size_t need = want.get_size();
+    if (victim->cap < need) {
+      victim->buf.reset(static_cast<char*>(std::aligned_alloc(64, (need + 63) / 64 * 64)));
+      KILN_CHECK(victim->buf != nullptr, "conv", "out of memory for a {}-byte reordered copy", need);
+      victim->cap = need;
+    }
+    victim->storage = t.storage();
+    victim->offset = t.storage_offset();
+    victim->version = t.storage()->version();
+    victim->desc = want;
+    victim->last_use = ++clock_;
+    return {victim->buf.get(), false};
+  }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  struct Slot {
+    std::weak_ptr<Storage> storage;
+    int64_t offset = -1;
+    uint64_t version = 0;
+    md desc;
+    std::unique_ptr<char, Free> buf;
+    size_t cap = 0;
+    uint64_t last_use = 0;
+  };
+  std::vector<Slot> slots_;  // reserved: pointers into it stay valid
+  uint64_t clock_ = 0;
+
+ public:
+  ReorderCache() { slots_.reserve(kSlots); }
+};
+
 struct ThreadState {
   Cache cache;
   ScratchBuffer scratch;
+  ReorderCache reordered;
   std::string last_impl = "none";
 };
 
@@ -174,7 +244,8 @@ Arg make_arg(int id, const md& user_md, const md& prim_md, bool is_input) {
   if (user_md == prim_md) {
     a.prim = a.user;
   } else {
-    a.prim = dnnl::memory(prim_md, engine());  // owned by oneDNN, reused every call
+    // Inputs point into the ReorderCache at each call; outputs own a buffer.
+    a.prim = is_input ? dnnl::memory(prim_md, engine(), nullptr) : dnnl::memory(prim_md, engine());
     a.needs_reorder = true;
     a.reorder = is_input ? dnnl::reorder(a.user, a.prim) : dnnl::reorder(a.prim, a.user);
   }
@@ -253,22 +324,6 @@ Entry make_entry(Kind kind, const ConvGeom& g, DType dt, bool bias) {
   return e;
 }
 
-// NOTE [Reordered weights]: an entry keeps the last weight it reordered into
-// oneDNN's layout, identified by (storage, offset, version counter). A weight
-// that did not change since (inference, or the same weight used twice in a
-// step) skips the reorder; any in-place update bumps the version and
-// invalidates it.
-bool weight_is_held(const Arg& a, const Tensor& t) {
-  return !a.held.expired() && a.held.lock() == t.storage() && a.held_offset == t.storage_offset() &&
-         a.held_version == t.storage()->version();
-}
-
-void hold_weight(Arg& a, const Tensor& t) {
-  a.held = t.storage();
-  a.held_offset = t.storage_offset();
-  a.held_version = t.storage()->version();
-}
-
 // Runs `kind` on oneDNN. Tensors come in the entry's argument order (inputs,
 // then outputs), inputs contiguous, outputs contiguous. False when oneDNN
 // does not take this geometry (nothing was written).
@@ -291,13 +346,14 @@ bool run_dnnl(Kind kind, const ConvGeom& g, DType dt, bool bias, std::initialize
     Arg& a = e->inputs[i++];
     a.user.set_data_handle(t->data_ptr());
     if (!a.needs_reorder) continue;
-    const bool is_weight = a.id == DNNL_ARG_WEIGHTS;
-    if (is_weight && weight_is_held(a, *t)) continue;
-    a.reorder.execute(s, a.user, a.prim);
-    if (is_weight) {
-      hold_weight(a, *t);
-      ++ts.cache.stats_.weight_reorders;
+    auto [buf, filled] = ts.reordered.find_or_claim(*t, a.prim.get_desc());
+    a.prim.set_data_handle(buf);
+    if (filled) {
+      ++ts.cache.stats_.reorders_skipped;
+      continue;
     }
+    a.reorder.execute(s, a.user, a.prim);
+    if (a.id == DNNL_ARG_WEIGHTS) ++ts.cache.stats_.weight_reorders;
   }
   i = 0;
   for (const Tensor* t : outputs) e->outputs[i++].user.set_data_handle(t->data_ptr());

@@ -48,7 +48,9 @@ const std::string& last_conv_impl();
 
 /// Primitive-cache statistics of the calling thread (tests, benchmarks).
 struct ConvCacheStats {
-  int64_t hits = 0, misses = 0, size = 0, weight_reorders = 0;
+  int64_t hits = 0, misses = 0, size = 0;
+  int64_t weight_reorders = 0;   // weights reordered into oneDNN's layout
+  int64_t reorders_skipped = 0;  // inputs found already reordered (NOTE [Reordered inputs] in conv.cpp)
 };
 ConvCacheStats conv_cache_stats();
 
