@@ -4,7 +4,9 @@
 // row so they vectorize.
 #include "src/ops/cpu/pool.h"
 
+#include <bit>
 #include <cmath>
+#include <type_traits>
 #include <limits>
 
 #include "kiln/core/parallel.h"
@@ -24,6 +26,14 @@ void floating(DType t, Fn&& fn) {
   });
 }
 
+// mask ? a : b for a mask of all ones or all zeros, without a branch.
+template <class A>
+A select_bits(int64_t mask, A a, A b) {
+  using U = std::conditional_t<sizeof(A) == 4, uint32_t, uint64_t>;
+  const U m = U(mask);
+  return std::bit_cast<A>(U((std::bit_cast<U>(a) & m) | (std::bit_cast<U>(b) & ~m)));
+}
+
 }  // namespace
 
 void max_pool2d(const MaxPoolGeom& g, const Tensor& x_in, const Tensor& out, const Tensor& indices) {
@@ -35,32 +45,42 @@ void max_pool2d(const MaxPoolGeom& g, const Tensor& x_in, const Tensor& out, con
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* op = static_cast<T*>(out.data_ptr());
     int64_t* ip = static_cast<int64_t*>(indices.data_ptr());
+    // Per output row / column: the first tap index and the range of taps
+    // that land inside the plane (dilation skips whole taps). Computed once
+    // per call: the divisions would otherwise dominate small windows.
+    std::vector<int64_t> rows(static_cast<size_t>(3 * g.OH)), cols(static_cast<size_t>(3 * g.OW));
+    auto taps = [](int64_t start, int64_t k, int64_t d, int64_t n, int64_t* t) {
+      t[0] = start;
+      t[1] = start < 0 ? (-start + d - 1) / d : 0;
+      t[2] = std::min(k, (n - 1 - start) / d + 1);
+    };
+    for (int64_t oh = 0; oh < g.OH; ++oh) taps(oh * g.sh - g.ph, g.kh, g.dh, g.H, &rows[size_t(3 * oh)]);
+    for (int64_t ow = 0; ow < g.OW; ++ow) taps(ow * g.sw - g.pw, g.kw, g.dw, g.W, &cols[size_t(3 * ow)]);
     parallel_for(0, g.N, plane_grain(g.H * g.W), [&](int64_t lo, int64_t hi) {
       for (int64_t n = lo; n < hi; ++n) {
         const T* plane = xp + n * g.H * g.W;
         T* orow = op + n * g.OH * g.OW;
         int64_t* irow = ip + n * g.OH * g.OW;
         for (int64_t oh = 0; oh < g.OH; ++oh, orow += g.OW, irow += g.OW) {
-          // Taps kh in [kh0, kh1) land inside the plane (dilation skips whole taps).
-          const int64_t ih0 = oh * g.sh - g.ph;
-          const int64_t kh0 = ih0 < 0 ? (-ih0 + g.dh - 1) / g.dh : 0;
-          const int64_t kh1 = std::min(g.kh, (g.H - 1 - ih0) / g.dh + 1);
+          const int64_t ih0 = rows[size_t(3 * oh)], kh0 = rows[size_t(3 * oh + 1)], kh1 = rows[size_t(3 * oh + 2)];
           for (int64_t ow = 0; ow < g.OW; ++ow) {
-            // The taps kw in [kw0, kw1) that land inside the plane. The
-            // update is branch-free (random data mispredicts every branch).
-            const int64_t iw0 = ow * g.sw - g.pw;
-            const int64_t kw0 = iw0 < 0 ? (-iw0 + g.dw - 1) / g.dw : 0;
-            const int64_t kw1 = std::min(g.kw, (g.W - 1 - iw0) / g.dw + 1);
+            const int64_t iw0 = cols[size_t(3 * ow)], kw0 = cols[size_t(3 * ow + 1)], kw1 = cols[size_t(3 * ow + 2)];
+            // Taps in PyTorch's raster order; the update is branch-free
+            // (random data mispredicts every branch).
             A best = -std::numeric_limits<A>::infinity();
             int64_t arg = (ih0 + kh0 * g.dh) * g.W + iw0 + kw0 * g.dw;
-            for (int64_t kh = kh0; kh < kh1; ++kh)
+            for (int64_t kh = kh0; kh < kh1; ++kh) {
+              const int64_t base = (ih0 + kh * g.dh) * g.W + iw0;
               for (int64_t kw = kw0; kw < kw1; ++kw) {
-                const int64_t at = (ih0 + kh * g.dh) * g.W + iw0 + kw * g.dw;
+                const int64_t at = base + kw * g.dw;
                 const A v = A(plane[at]);
-                const bool take = (v > best) | (v != v);  // ties keep the first tap; a NaN wins
-                best = take ? v : best;
-                arg = take ? at : arg;
+                // Ties keep the first tap; a NaN wins. Selected through masks:
+                // GCC turns ?: here into branches.
+                const int64_t take = -int64_t((v > best) | (v != v));
+                best = select_bits(take, v, best);
+                arg = (at & take) | (arg & ~take);
               }
+            }
             orow[ow] = T(best);
             irow[ow] = arg;
           }
