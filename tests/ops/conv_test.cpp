@@ -305,6 +305,22 @@ TEST(ConvErrors, Messages) {
   EXPECT_KILN_ERROR(conv_transpose1d(ones({1, 4, 3}), ones({4, 3, 2}), {}, 1, 0, 1), "[conv_transpose1d] output_padding 1 must be smaller than stride 1 or dilation 1");
 }
 
+TEST(Conv, F32GeometriesReachOneDnn) {
+  // The op layer's bottom/right padding must be the one oneDNN accepts
+  // (NOTE [Conv geometry]); a wrong one would silently fall back to the loops.
+  Generator gen(11);
+  Tensor x = randn({2, 3, 8, 7}, gen).requires_grad_(), w = randn({4, 3, 2, 3}, gen).requires_grad_();
+  Tensor y = conv2d(x, w, {}, 3, {1, 0});  // rows and columns left over at the end
+  EXPECT_NE(cpu::last_conv_impl(), "ref");
+  y.backward(ones_like(y));
+  EXPECT_NE(cpu::last_conv_impl(), "ref");
+  conv2d(x, w, {}, 1, "same", {2, 1});
+  EXPECT_NE(cpu::last_conv_impl(), "ref");
+  Tensor t = conv_transpose2d(randn({2, 3, 4, 5}, gen), randn({3, 2, 3, 3}, gen), {}, 2, 1, 1);
+  EXPECT_NE(cpu::last_conv_impl(), "ref");
+  EXPECT_EQ(t.shape(), (Shape{2, 2, 8, 10}));
+}
+
 TEST(Conv, ShapesAndUnbatched) {
   Generator gen(9);
   Tensor x = randn({3, 8, 9}, gen), w = randn({5, 3, 3, 2}, gen);

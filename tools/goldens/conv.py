@@ -54,7 +54,7 @@ def _conv_cases():
             inputs["b"] = b
         cases.append(_case(name, op, lambda x, w, b=None, **a: fn(x, w, b, **a), inputs, args, seed))
 
-    conv("c2_basic", "conv2d", _r(2, 2, 4, 5, seed=1), _r(3, 2, 3, 3, seed=2), _r(3, seed=3), seed=4, padding=1)
+    conv("c2_basic", "conv2d", _r(2, 2, 3, 4, seed=1), _r(3, 2, 3, 3, seed=2), _r(3, seed=3), seed=4, padding=1)
     conv("c2_stride_dil", "conv2d", _r(1, 2, 6, 5, seed=5), _r(3, 2, 3, 2, seed=6), _r(3, seed=7), seed=8,
          stride=(2, 1), padding=(1, 0), dilation=(1, 2))
     conv("c2_groups", "conv2d", _r(1, 4, 5, 4, seed=9), _r(4, 2, 3, 3, seed=10), seed=11, stride=2, padding=1,
@@ -69,9 +69,9 @@ def _conv_cases():
          padding=1, dilation=2)
     conv("c1_same", "conv1d", _r(2, 2, 7, seed=34), _r(3, 2, 4, seed=35), seed=36, padding="same")
     conv("c1_groups", "conv1d", _r(1, 4, 6, seed=37), _r(4, 2, 2, seed=38), seed=39, groups=2)
-    conv("t2_basic", "conv_transpose2d", _r(1, 3, 3, 4, seed=40), _r(3, 2, 3, 3, seed=41), _r(2, seed=42), seed=43,
+    conv("t2_basic", "conv_transpose2d", _r(1, 3, 3, 3, seed=40), _r(3, 2, 3, 3, seed=41), _r(2, seed=42), seed=43,
          stride=2, padding=1, output_padding=1)
-    conv("t2_groups_dil", "conv_transpose2d", _r(1, 4, 3, 3, seed=44), _r(4, 3, 2, 3, seed=45), _r(6, seed=46),
+    conv("t2_groups_dil", "conv_transpose2d", _r(1, 4, 3, 2, seed=44), _r(4, 2, 2, 3, seed=45), _r(4, seed=46),
          seed=47, stride=(1, 2), padding=(0, 1), output_padding=(0, 1), groups=2, dilation=(2, 1))
     conv("t2_outpad_dil", "conv_transpose2d", _r(1, 2, 3, 3, seed=48), _r(2, 2, 2, 2, seed=49), seed=50,
          stride=1, output_padding=1, dilation=2)
