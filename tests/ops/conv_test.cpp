@@ -135,6 +135,20 @@ TEST(ConvKernels, F32RunsOnOneDnnAndBf16IsClose) {
   EXPECT_TRUE(all_close(to(yb, kF32), y, 3e-2, 0.15));
   Tensor y64 = conv2d(to(x, kF64), to(w, kF64), to(b, kF64), 1, 1);
   EXPECT_TRUE(all_close(to(y64, kF32), y, 1e-4, 1e-4));
+  // bf16 gradients (backward-data, backward-weights, bias) against f32's.
+  Tensor g = randn(y.shape(), gen);
+  auto grads = [&](DType t) {
+    // Fresh leaves (to() returns the tensor itself when the dtype matches).
+    Tensor xs = to(x, t).detach().requires_grad_(), ws = to(w, t).detach().requires_grad_();
+    Tensor bs = to(b, t).detach().requires_grad_();
+    conv2d(xs, ws, bs, 1, 1).backward(to(g, t));
+    return std::vector<Tensor>{to(xs.grad(), kF32), to(ws.grad(), kF32), to(bs.grad(), kF32)};
+  };
+  std::vector<Tensor> gf = grads(kF32), gb = grads(kBF16);
+  for (size_t i = 0; i < 3; ++i) {
+    const double scale = max(abs(gf[i])).item<float>();
+    EXPECT_TRUE(all_close(gb[i], gf[i], 0.0, 2e-2 * scale)) << "grad " << i;
+  }
 }
 
 TEST(ConvKernels, PrimitivesAndReorderedWeightsAreCached) {
