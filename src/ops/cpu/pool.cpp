@@ -38,6 +38,7 @@ A select_bits(int64_t mask, A a, A b) {
 
 void max_pool2d(const MaxPoolGeom& g, const Tensor& x_in, const Tensor& out, const Tensor& indices) {
   if (out.numel() == 0) return;
+  constexpr int64_t kLanes = 8;
   Tensor x = x_in.contiguous();
   floating(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -63,7 +64,41 @@ void max_pool2d(const MaxPoolGeom& g, const Tensor& x_in, const Tensor& out, con
         int64_t* irow = ip + n * g.OH * g.OW;
         for (int64_t oh = 0; oh < g.OH; ++oh, orow += g.OW, irow += g.OW) {
           const int64_t ih0 = rows[size_t(3 * oh)], kh0 = rows[size_t(3 * oh + 1)], kh1 = rows[size_t(3 * oh + 2)];
-          for (int64_t ow = 0; ow < g.OW; ++ow) {
+          // Interior columns [a, b) in blocks of kLanes: every tap is inside,
+          // taps run outside and the block inside, which vectorizes.
+          int64_t ow = 0;
+          for (; ow < g.OW && cols[size_t(3 * ow + 1)] != 0; ++ow) {}
+          const int64_t a = ow;
+          int64_t b = a;
+          while (b + kLanes <= g.OW && cols[size_t(3 * (b + kLanes - 1) + 2)] == g.kw) b += kLanes;
+          for (int64_t c0 = a; c0 < b; c0 += kLanes) {
+            A m[kLanes];
+            int64_t mi[kLanes];
+            const int64_t first = (ih0 + kh0 * g.dh) * g.W + cols[size_t(3 * c0)];
+#pragma omp simd
+            for (int64_t j = 0; j < kLanes; ++j) {
+              m[j] = A(plane[first + j * g.sw]);
+              mi[j] = first + j * g.sw;
+            }
+            for (int64_t kh = kh0; kh < kh1; ++kh)
+              for (int64_t kw = (kh == kh0 ? 1 : 0); kw < g.kw; ++kw) {
+                const int64_t at0 = (ih0 + kh * g.dh) * g.W + cols[size_t(3 * c0)] + kw * g.dw;
+#pragma omp simd
+                for (int64_t j = 0; j < kLanes; ++j) {
+                  const A v = A(plane[at0 + j * g.sw]);
+                  const bool take = (v > m[j]) | (v != v);  // ties keep the first tap; a NaN wins
+                  m[j] = take ? v : m[j];
+                  mi[j] = take ? at0 + j * g.sw : mi[j];
+                }
+              }
+            for (int64_t j = 0; j < kLanes; ++j) {
+              orow[c0 + j] = T(m[j]);
+              irow[c0 + j] = mi[j];
+            }
+          }
+          for (ow = 0; ow < g.OW; ++ow) {
+            if (ow == a) ow = b;
+            if (ow >= g.OW) break;
             const int64_t iw0 = cols[size_t(3 * ow)], kw0 = cols[size_t(3 * ow + 1)], kw1 = cols[size_t(3 * ow + 2)];
             // Taps in PyTorch's raster order; the update is branch-free
             // (random data mispredicts every branch).
