@@ -61,5 +61,6 @@ struct Bench {
 
 // One per family (bench/<family>_bench.cpp); each appends its benches.
 void core_benches(std::vector<Bench>& out);  // add, matmul, FMA peak: kiln_bench.cpp
+void norm_benches(std::vector<Bench>& out);  // layer_norm, cross_entropy, batch_norm: norm_bench.cpp
 
 }  // namespace bench

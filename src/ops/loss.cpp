@@ -80,16 +80,20 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
   const int64_t R = tc.numel();
   Tensor lse = Tensor::empty({R}, stat_dtype(dt));
   Tensor rows = opts.reduction == Reduction::None ? Tensor::empty(targets.shape(), dt) : Tensor();
+  // With a backward to come, the forward keeps the softmax (R x C) so the
+  // backward is one multiply-subtract pass instead of a second exp pass.
+  const bool grad = needs_grad(xc);
+  Tensor probs = grad ? Tensor::empty({R, C}, dt) : Tensor();
   double total = 0, wsum = 0;
-  cpu::cross_entropy(xc, tc, weights, opts.ignore_index, opts.label_smoothing, lse, rows, &total, &wsum);
+  cpu::cross_entropy(xc, tc, weights, opts.ignore_index, opts.label_smoothing, lse, probs, rows, &total, &wsum);
   // Mean divides by the weight of the counted rows; nothing counted gives 0 (SPECS F2).
   const double scale = opts.reduction == Reduction::Mean ? (wsum > 0 ? 1.0 / wsum : 0.0) : 1.0;
   Tensor out = opts.reduction == Reduction::None ? rows : scalar_like(total * scale, dt);
 
-  if (needs_grad(xc)) {
+  if (grad) {
     const int64_t ignore = opts.ignore_index;
     const double s = opts.label_smoothing;
-    record(op, {xc}, {out}, {xc, tc, weights, lse}, [ignore, s, scale, C](const VjpArgs& a) -> Grads {
+    record(op, {xc}, {out}, {xc, tc, weights, lse, probs}, [ignore, s, scale, C](const VjpArgs& a) -> Grads {
       const Tensor& x = a.saved[0];
       const Tensor& t = a.saved[1];
       const Tensor& w = a.saved[2];
@@ -103,7 +107,7 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
         return {(softmax(x, -1) - q) * unsqueeze(coef, -1)};
       }
       Tensor gx = Tensor::empty(x.shape(), x.dtype());
-      cpu::cross_entropy_backward(x, t, w, ignore, s, a.saved[3], contiguous(g), scale, gx);
+      cpu::cross_entropy_backward(x, t, w, ignore, s, a.saved[3], a.saved[4], contiguous(g), scale, gx);
       return {gx};
     });
   }

@@ -138,20 +138,28 @@ TEST(LossKernels, CrossEntropyFastMatchesRef) {
           const DType sd = t == kF64 ? kF64 : kF32;
           Tensor l1 = Tensor::empty({R}, sd), l2 = Tensor::empty({R}, sd), r1 = Tensor::empty({R}, t),
                  r2 = Tensor::empty({R}, t);
-          double t1, w1, t2, w2;
-          cpu::cross_entropy(x, tg, w, -100, s, l1, r1, &t1, &w1);
-          cpu::ref::cross_entropy(x, tg, w, -100, s, l2, r2, &t2, &w2);
           const double tol = t == kBF16 ? 2e-2 : t == kF32 ? 2e-5 : 1e-12;
+          double t1, w1, t2, w2, t3, w3;
+          Tensor p1 = zeros({R, C}, {.dtype = t}), p2 = zeros({R, C}, {.dtype = t});
+          cpu::cross_entropy(x, tg, w, -100, s, l1, {}, r1, &t1, &w1);
+          cpu::ref::cross_entropy(x, tg, w, -100, s, l2, p2, r2, &t2, &w2);
+          Tensor l3 = Tensor::empty({R}, sd);
+          cpu::cross_entropy(x, tg, w, -100, s, l3, p1, {}, &t3, &w3);  // with probs
+          EXPECT_TRUE(all_close(l3, l2, tol, tol)) << "lse with probs";
+          EXPECT_NEAR(t3, t2, tol * (1 + std::abs(t2)) * 4);
+          EXPECT_TRUE(all_close(p1, p2, tol, 1e-6)) << "probs";
           EXPECT_TRUE(all_close(l1, l2, tol, tol)) << "lse";
           EXPECT_TRUE(all_close(r1, r2, tol, tol)) << "rows";
           EXPECT_NEAR(t1, t2, tol * (1 + std::abs(t2)) * 4);
           EXPECT_NEAR(w1, w2, 1e-4 * (1 + w2));
           for (int64_t gn : {int64_t(1), R}) {
             Tensor g = rnd({gn}, t, ++seed);
-            Tensor g1 = Tensor::empty({R, C}, t), g2 = Tensor::empty({R, C}, t);
-            cpu::cross_entropy_backward(x, tg, w, -100, s, l2, g, 0.7, g1);
-            cpu::ref::cross_entropy_backward(x, tg, w, -100, s, l2, g, 0.7, g2);
+            Tensor g1 = Tensor::empty({R, C}, t), g2 = Tensor::empty({R, C}, t), g3 = Tensor::empty({R, C}, t);
+            cpu::cross_entropy_backward(x, tg, w, -100, s, l2, {}, g, 0.7, g1);
+            cpu::ref::cross_entropy_backward(x, tg, w, -100, s, l2, {}, g, 0.7, g2);
+            cpu::cross_entropy_backward(x, tg, w, -100, s, l2, p1, g, 0.7, g3);
             EXPECT_TRUE(all_close(g1, g2, tol, tol)) << "grad, grad numel " << gn;
+            EXPECT_TRUE(all_close(g3, g2, tol, tol)) << "grad from saved probs, grad numel " << gn;
           }
         }
 }

@@ -17,6 +17,7 @@ namespace kiln::cpu {
 namespace {
 
 constexpr int64_t kGrain = 16384;  // elements per parallel chunk, at least
+constexpr int64_t kChunkRows = 64;  // rows per sweep block of the cross-entropy forward
 
 template <class T>
 const T* ptr_or_null(const Tensor& t) {
@@ -32,13 +33,20 @@ void dispatch_index(DType t, F&& fn) {
 
 // ---- cross-entropy ----
 
-// logsumexp of one row of C, and sum(x) when wanted (label smoothing).
+// logsumexp of one row of C, and sum(x) when wanted (label smoothing); with
+// p, also the row's softmax into p.
 template <class T, class A = acc_t<T>>
-A row_lse(const T* __restrict x, int64_t C, bool want_sum, A& sum_x) {
+A row_max(const T* __restrict x, int64_t C) {
   A m = -INFINITY;
 #pragma omp simd reduction(max : m)
   for (int64_t j = 0; j < C; ++j) m = std::max(m, A(x[j]));
-  const A shift = std::isinf(m) ? A(0) : m;
+  return std::isinf(m) ? A(0) : m;  // the shift: a row of -inf gives lse -inf, a +inf gives inf
+}
+
+// logsumexp of one row of C, and sum(x) when wanted (label smoothing).
+template <class T, class A = acc_t<T>>
+A row_lse(const T* __restrict x, int64_t C, bool want_sum, A& sum_x) {
+  const A shift = row_max<T>(x, C);
   A s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t j = 0; j < C; ++j) s += vexp(A(x[j]) - shift);
@@ -49,6 +57,40 @@ A row_lse(const T* __restrict x, int64_t C, bool want_sum, A& sum_x) {
     sum_x = sx;
   }
   return shift + std::log(s);
+}
+
+template <class T, class A = acc_t<T>>
+A row_sum_x(const T* __restrict x, int64_t C) {
+  A sx = 0;
+#pragma omp simd reduction(+ : sx)
+  for (int64_t j = 0; j < C; ++j) sx += A(x[j]);
+  return sx;
+}
+
+// The same for rows [r0, r1) that also writes their softmax into p. Three
+// sweeps over the block (max; exp stored, with no reduction, so rows overlap
+// in the pipeline; sum and scale) instead of one row at a time: short rows
+// (C of tens) are otherwise bound by each row's chain of dependent steps.
+template <class T, class A = acc_t<T>>
+void block_lse_probs(const T* __restrict x, int64_t C, int64_t r0, int64_t r1, T* __restrict p, A* __restrict lse) {
+  for (int64_t r = r0; r < r1; ++r) lse[r] = row_max<T>(x + r * C, C);
+  for (int64_t r = r0; r < r1; ++r) {
+    const A shift = lse[r];
+    const T* __restrict xr = x + r * C;
+    T* __restrict pr = p + r * C;
+#pragma omp simd
+    for (int64_t j = 0; j < C; ++j) pr[j] = T(vexp(A(xr[j]) - shift));
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    T* __restrict pr = p + r * C;
+    A s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < C; ++j) s += A(pr[j]);
+    const A inv = A(1) / s;
+#pragma omp simd
+    for (int64_t j = 0; j < C; ++j) pr[j] = T(A(pr[j]) * inv);
+    lse[r] += std::log(s);
+  }
 }
 
 }  // namespace
@@ -68,7 +110,8 @@ int64_t first_bad_target(const Tensor& targets, int64_t classes, int64_t ignore_
 }
 
 void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& weights, int64_t ignore_index,
-                   double label_smoothing, const Tensor& lse, const Tensor& rows, double* total, double* weight_sum) {
+                   double label_smoothing, const Tensor& lse, const Tensor& probs, const Tensor& rows, double* total,
+                   double* weight_sum) {
   const int64_t R = targets.numel();
   const int64_t C = R ? logits.numel() / R : 0;
   dispatch(logits.dtype(), [&](auto tag) {
@@ -81,6 +124,7 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& we
         const I* tp = static_cast<const I*>(targets.data_ptr());
         const T* wp = ptr_or_null<T>(weights);
         A* lp = static_cast<A*>(lse.data_ptr());
+        T* pp = probs.defined() ? static_cast<T*>(probs.data_ptr()) : nullptr;
         T* op = rows.defined() ? static_cast<T*>(rows.data_ptr()) : nullptr;
         const A s = A(label_smoothing);
         const int64_t per_chunk = std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1));
@@ -89,7 +133,11 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& we
         parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
           for (int64_t c = lo; c < hi; ++c) {
             double tot = 0, wsum = 0;
-            for (int64_t r = c * per_chunk, r1 = std::min(R, (c + 1) * per_chunk); r < r1; ++r) {
+            const int64_t r0 = c * per_chunk, r1 = std::min(R, (c + 1) * per_chunk);
+            // With probs: the chunk's lse and softmax first, in sweeps over blocks of rows.
+            for (int64_t b0 = r0; pp && b0 < r1; b0 += kChunkRows)
+              block_lse_probs<T>(xp, C, b0, std::min(r1, b0 + kChunkRows), pp, lp);
+            for (int64_t r = r0; r < r1; ++r) {
               const int64_t t = int64_t(tp[r]);
               if (t == ignore_index) {
                 lp[r] = A(0);
@@ -98,7 +146,13 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& we
               }
               const T* x = xp + r * C;
               A sum_x = 0;
-              const A l = row_lse(x, C, s != A(0), sum_x);
+              A l;
+              if (pp) {
+                l = lp[r];
+                if (s != A(0)) sum_x = row_sum_x<T>(x, C);
+              } else {
+                l = row_lse(x, C, s != A(0), sum_x);
+              }
               const A w = wp ? A(wp[r]) : A(1);
               A loss = l - (A(1) - s) * A(x[t]);
               if (s != A(0)) loss -= s * sum_x / A(C);
@@ -125,8 +179,8 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& we
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& weights,
-                            int64_t ignore_index, double label_smoothing, const Tensor& lse, const Tensor& grad,
-                            double scale, const Tensor& grad_logits) {
+                            int64_t ignore_index, double label_smoothing, const Tensor& lse, const Tensor& probs,
+                            const Tensor& grad, double scale, const Tensor& grad_logits) {
   const int64_t R = targets.numel();
   const int64_t C = R ? logits.numel() / R : 0;
   dispatch(logits.dtype(), [&](auto tag) {
@@ -139,6 +193,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
         const I* tp = static_cast<const I*>(targets.data_ptr());
         const T* wp = ptr_or_null<T>(weights);
         const A* lp = static_cast<const A*>(lse.data_ptr());
+        const T* pp = probs.defined() ? static_cast<const T*>(probs.data_ptr()) : nullptr;
         const T* gp = static_cast<const T*>(grad.data_ptr());
         const bool per_row = grad.numel() == R && R != 1;
         T* out = static_cast<T*>(grad_logits.data_ptr());
@@ -152,6 +207,13 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
               continue;
             }
             const A coef = A(scale) * (wp ? A(wp[r]) : A(1)) * A(gp[per_row ? r : 0]);
+            if (pp) {  // softmax saved by the forward
+              const T* __restrict p = pp + r * C;
+#pragma omp simd
+              for (int64_t j = 0; j < C; ++j) o[j] = T(coef * (A(p[j]) - uniform));
+              o[t] = T(coef * (A(p[t]) - uniform - hit));
+              continue;
+            }
             const T* __restrict x = xp + r * C;
             const A l = lp[r];
 #pragma omp simd
@@ -338,16 +400,12 @@ void set(const Tensor& t, int64_t i, double v) {
 }  // namespace
 
 void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& weights, int64_t ignore_index,
-                   double label_smoothing, const Tensor& lse, const Tensor& rows, double* total, double* weight_sum) {
+                   double label_smoothing, const Tensor& lse, const Tensor& probs, const Tensor& rows, double* total,
+                   double* weight_sum) {
   const int64_t R = targets.numel(), C = R ? logits.numel() / R : 0;
   *total = *weight_sum = 0;
   for (int64_t r = 0; r < R; ++r) {
     const int64_t t = int64_t(at(targets, r));
-    if (t == ignore_index) {
-      set(lse, r, 0);
-      if (rows.defined()) set(rows, r, 0);
-      continue;
-    }
     double m = -INFINITY, s = 0, sx = 0;
     for (int64_t j = 0; j < C; ++j) m = std::max(m, at(logits, r * C + j));
     for (int64_t j = 0; j < C; ++j) {
@@ -355,6 +413,13 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& we
       sx += at(logits, r * C + j);
     }
     const double l = m + std::log(s), w = weights.defined() ? at(weights, r) : 1.0;
+    if (probs.defined())
+      for (int64_t j = 0; j < C; ++j) set(probs, r * C + j, std::exp(at(logits, r * C + j) - l));
+    if (t == ignore_index) {
+      set(lse, r, 0);
+      if (rows.defined()) set(rows, r, 0);
+      continue;
+    }
     const double loss = w * (l - (1 - label_smoothing) * at(logits, r * C + t) - label_smoothing * sx / double(C));
     set(lse, r, l);
     if (rows.defined()) set(rows, r, loss);
@@ -364,8 +429,8 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& we
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& weights,
-                            int64_t ignore_index, double label_smoothing, const Tensor& lse, const Tensor& grad,
-                            double scale, const Tensor& grad_logits) {
+                            int64_t ignore_index, double label_smoothing, const Tensor& lse, const Tensor& probs,
+                            const Tensor& grad, double scale, const Tensor& grad_logits) {
   const int64_t R = targets.numel(), C = R ? logits.numel() / R : 0;
   for (int64_t r = 0; r < R; ++r) {
     const int64_t t = int64_t(at(targets, r));
@@ -374,7 +439,9 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
                                 : scale * (weights.defined() ? at(weights, r) : 1.0) *
                                       at(grad, grad.numel() == R ? r : 0);
     for (int64_t j = 0; j < C; ++j) {
-      const double p = ignored ? 0.0 : std::exp(at(logits, r * C + j) - at(lse, r));
+      const double p = ignored            ? 0.0
+                       : probs.defined() ? at(probs, r * C + j)
+                                         : std::exp(at(logits, r * C + j) - at(lse, r));
       const double q = (1 - label_smoothing) * (j == t) + label_smoothing / double(C);
       set(grad_logits, r * C + j, coef * (p - q));
     }

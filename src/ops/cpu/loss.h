@@ -18,17 +18,19 @@ namespace kiln::cpu {
 /// in [0, C) or == ignore_index (checked by first_bad_target); weights [R]
 /// (logits' dtype) or undefined (all 1). Per row r with lse_r = logsumexp(x_r):
 ///   loss_r = w_r * (lse_r - (1 - s) x_r[t_r] - s mean(x_r)),  0 when ignored.
-/// Writes lse [R] (acc dtype, saved for the backward) and, when defined,
+/// Writes lse [R] (acc dtype) and, when defined, probs [R, C] (softmax of
+/// every row, logits' dtype: the backward then needs no exp) and
 /// rows [R] (logits' dtype); returns sum(loss_r) and sum(w_r) over
 /// non-ignored rows in *total and *weight_sum.
 void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& weights, int64_t ignore_index,
-                   double label_smoothing, const Tensor& lse, const Tensor& rows, double* total, double* weight_sum);
-/// grad_logits[r, j] = coef_r * (exp(x_rj - lse_r) - (1 - s) [j == t_r] - s / C), where
-/// coef_r = scale * w_r * grad[r] (grad has R elements) or scale * w_r * grad[0]
-/// (one element), and 0 for ignored rows.
+                   double label_smoothing, const Tensor& lse, const Tensor& probs, const Tensor& rows, double* total,
+                   double* weight_sum);
+/// grad_logits[r, j] = coef_r * (p_rj - (1 - s) [j == t_r] - s / C), where p is
+/// probs when defined, else exp(x_rj - lse_r), and coef_r = scale * w_r * grad[r]
+/// (grad has R elements) or scale * w_r * grad[0] (one element); 0 for ignored rows.
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& weights,
-                            int64_t ignore_index, double label_smoothing, const Tensor& lse, const Tensor& grad,
-                            double scale, const Tensor& grad_logits);
+                            int64_t ignore_index, double label_smoothing, const Tensor& lse, const Tensor& probs,
+                            const Tensor& grad, double scale, const Tensor& grad_logits);
 /// The index of the first target outside [0, C) that is not ignore_index, or -1.
 int64_t first_bad_target(const Tensor& targets, int64_t classes, int64_t ignore_index);
 
@@ -52,10 +54,11 @@ bool all_probabilities(const Tensor& x);
 
 namespace ref {
 void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& weights, int64_t ignore_index,
-                   double label_smoothing, const Tensor& lse, const Tensor& rows, double* total, double* weight_sum);
+                   double label_smoothing, const Tensor& lse, const Tensor& probs, const Tensor& rows, double* total,
+                   double* weight_sum);
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& weights,
-                            int64_t ignore_index, double label_smoothing, const Tensor& lse, const Tensor& grad,
-                            double scale, const Tensor& grad_logits);
+                            int64_t ignore_index, double label_smoothing, const Tensor& lse, const Tensor& probs,
+                            const Tensor& grad, double scale, const Tensor& grad_logits);
 double pointwise_loss(PointwiseLoss kind, double beta, const Tensor& x, const Tensor& y, const Tensor& weight,
                       const Tensor& pos_weight, const Tensor& out);
 void pointwise_loss_backward(PointwiseLoss kind, double beta, const Tensor& x, const Tensor& y,

@@ -55,58 +55,87 @@ double row_sum(const T* __restrict p, int64_t n, F f) {
 
 // ---- layer norm ----
 
-// One row of N: mean, rstd and the normalised, scaled output.
+// Rows [0, rows) of N (rows <= kSweepRows): mean, rstd and the normalised,
+// scaled output. Each step sweeps the whole block of rows before the next
+// (means, then variances, then outputs): the rows of a sweep are independent,
+// so their dependency chains (reduce, divide, sqrt) overlap in the pipeline
+// instead of running one row after another. A block of 64 f32 rows of 128
+// stays in L1 across the sweeps.
+constexpr int64_t kSweepRows = 64;
+
 template <class T, bool HasW, bool HasB, class A = acc_t<T>>
-void ln_row(const T* __restrict x, const T* __restrict w, const T* __restrict b, T* __restrict y, int64_t n, A eps,
-            bool rms, A& mean_out, A& rstd_out) {
-  A mean = rms ? A(0) : A(row_sum(x, n, [](A v) { return v; }) / double(n));
-  A var = A(row_sum(x, n, [mean](A v) { return (v - mean) * (v - mean); }) / double(n));
-  A rstd = A(1) / std::sqrt(var + eps);
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    A v = (A(x[i]) - mean) * rstd;
-    if constexpr (HasW) v *= A(w[i]);
-    if constexpr (HasB) v += A(b[i]);
-    y[i] = T(v);
+void ln_block(const T* __restrict x, const T* __restrict w, const T* __restrict b, T* __restrict y, int64_t rows,
+              int64_t n, A eps, bool rms, A* __restrict mean, A* __restrict rstd) {
+  for (int64_t r = 0; r < rows; ++r)
+    mean[r] = rms ? A(0) : A(row_sum(x + r * n, n, [](A v) { return v; }) / double(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    const A m = mean[r];
+    const A var = A(row_sum(x + r * n, n, [m](A v) { return (v - m) * (v - m); }) / double(n));
+    rstd[r] = A(1) / std::sqrt(var + eps);
   }
-  mean_out = mean;
-  rstd_out = rstd;
+  for (int64_t r = 0; r < rows; ++r) {
+    const A m = mean[r], s = rstd[r];
+    const T* __restrict xr = x + r * n;
+    T* __restrict yr = y + r * n;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      A v = (A(xr[i]) - m) * s;
+      if constexpr (HasW) v *= A(w[i]);
+      if constexpr (HasB) v += A(b[i]);
+      yr[i] = T(v);
+    }
+  }
 }
 
-// One row of the backward; adds g * xhat and g into the chunk partials pw, pb.
+// The backward of rows [0, rows) in the same sweeps (row sums, then gx and
+// the weight/bias partials pw, pb).
 template <class T, bool HasW, bool WantParams, class A = acc_t<T>>
-void ln_row_backward(const T* __restrict g, const T* __restrict x, const T* __restrict w, T* __restrict gx,
-                     int64_t n, A mean, A rstd, bool rms, A* __restrict pw, A* __restrict pb) {
-  double s1 = 0, s2 = 0;  // sum(h), sum(h * xhat), h = g * w
-  for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
-    const int64_t hi = std::min(n, b0 + kBlock);
-    A a1 = 0, a2 = 0;
+void ln_block_backward(const T* __restrict g, const T* __restrict x, const T* __restrict w, T* __restrict gx,
+                       int64_t rows, int64_t n, const A* __restrict mean, const A* __restrict rstd, bool rms,
+                       A* __restrict pw, A* __restrict pb) {
+  A c1[kSweepRows], c2[kSweepRows];  // mean(h), mean(h * xhat) per row, h = g * w
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* __restrict gr = g + r * n;
+    const T* __restrict xr = x + r * n;
+    const A m = mean ? mean[r] : A(0), s = rstd[r];
+    double s1 = 0, s2 = 0;
+    for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
+      const int64_t hi = std::min(n, b0 + kBlock);
+      A a1 = 0, a2 = 0;
 #pragma omp simd reduction(+ : a1, a2)
-    for (int64_t i = b0; i < hi; ++i) {
-      A h = A(g[i]);
-      if constexpr (HasW) h *= A(w[i]);
-      a1 += h;
-      a2 += h * (A(x[i]) - mean) * rstd;
+      for (int64_t i = b0; i < hi; ++i) {
+        A h = A(gr[i]);
+        if constexpr (HasW) h *= A(w[i]);
+        a1 += h;
+        a2 += h * (A(xr[i]) - m) * s;
+      }
+      s1 += double(a1);
+      s2 += double(a2);
     }
-    s1 += double(a1);
-    s2 += double(a2);
+    c1[r] = rms ? A(0) : A(s1 / double(n));
+    c2[r] = A(s2 / double(n));
   }
-  const A c1 = rms ? A(0) : A(s1 / double(n)), c2 = A(s2 / double(n));
-  if (gx) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* __restrict gr = g + r * n;
+    const T* __restrict xr = x + r * n;
+    const A m = mean ? mean[r] : A(0), s = rstd[r], k1 = c1[r], k2 = c2[r];
+    if (gx) {
+      T* __restrict gxr = gx + r * n;
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      A h = A(g[i]);
-      if constexpr (HasW) h *= A(w[i]);
-      A xh = (A(x[i]) - mean) * rstd;
-      gx[i] = T(rstd * (h - c1 - xh * c2));
+      for (int64_t i = 0; i < n; ++i) {
+        A h = A(gr[i]);
+        if constexpr (HasW) h *= A(w[i]);
+        const A xh = (A(xr[i]) - m) * s;
+        gxr[i] = T(s * (h - k1 - xh * k2));
+      }
     }
-  }
-  if constexpr (WantParams) {
+    if constexpr (WantParams) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      A gi = A(g[i]);
-      pw[i] += gi * (A(x[i]) - mean) * rstd;
-      pb[i] += gi;
+      for (int64_t i = 0; i < n; ++i) {
+        const A gi = A(gr[i]);
+        pw[i] += gi * (A(xr[i]) - m) * s;
+        pb[i] += gi;
+      }
     }
   }
 }
@@ -130,11 +159,11 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, doubl
       A* rp = static_cast<A*>(rstd.data_ptr());
       with_flags(w != nullptr, b != nullptr, [&](auto hw, auto hb) {
         parallel_for(0, M, std::max<int64_t>(1, kGrain / N), [&](int64_t lo, int64_t hi) {
-          for (int64_t r = lo; r < hi; ++r) {
-            A m, s;
-            ln_row<T, decltype(hw)::value, decltype(hb)::value>(xp + r * N, w, b, y + r * N, N, A(eps), rms, m, s);
-            if (mp) mp[r] = m;
-            rp[r] = s;
+          A local_mean[kSweepRows];  // rms: the means are zeros, not an output
+          for (int64_t r = lo; r < hi; r += kSweepRows) {
+            const int64_t rows = std::min(kSweepRows, hi - r);
+            ln_block<T, decltype(hw)::value, decltype(hb)::value>(xp + r * N, w, b, y + r * N, rows, N, A(eps), rms,
+                                                                    mp ? mp + r : local_mean, rp + r);
           }
         });
       });
@@ -167,9 +196,10 @@ void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
             A* pw = want_params ? partial.data() + 2 * c * N : nullptr;
             A* pb = want_params ? pw + N : nullptr;
             const int64_t r1 = std::min(M, (c + 1) * rows_per_chunk);
-            for (int64_t r = c * rows_per_chunk; r < r1; ++r)
-              ln_row_backward<T, decltype(hw)::value, decltype(wp)::value>(
-                  gp + r * N, xp + r * N, w, gxp ? gxp + r * N : nullptr, N, mp ? mp[r] : A(0), rp[r], rms, pw, pb);
+            for (int64_t r = c * rows_per_chunk; r < r1; r += kSweepRows)
+              ln_block_backward<T, decltype(hw)::value, decltype(wp)::value>(
+                  gp + r * N, xp + r * N, w, gxp ? gxp + r * N : nullptr, std::min(kSweepRows, r1 - r), N,
+                  mp ? mp + r : nullptr, rp + r, rms, pw, pb);
           }
         });
       });
