@@ -62,6 +62,8 @@ double row_sum(const T* __restrict p, int64_t n, F f) {
 // instead of running one row after another. A block of 64 f32 rows of 128
 // stays in L1 across the sweeps.
 constexpr int64_t kSweepRows = 64;
+// Rows per sweep block for rows of n: about 8192 elements (32 KiB of f32), at most kSweepRows.
+inline int64_t sweep_rows(int64_t n) { return std::clamp<int64_t>(8192 / std::max<int64_t>(n, 1), 1, kSweepRows); }
 
 template <class T, bool HasW, bool HasB, class A = acc_t<T>>
 void ln_block(const T* __restrict x, const T* __restrict w, const T* __restrict b, T* __restrict y, int64_t rows,
@@ -160,8 +162,9 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, doubl
       with_flags(w != nullptr, b != nullptr, [&](auto hw, auto hb) {
         parallel_for(0, M, std::max<int64_t>(1, kGrain / N), [&](int64_t lo, int64_t hi) {
           A local_mean[kSweepRows];  // rms: the means are zeros, not an output
-          for (int64_t r = lo; r < hi; r += kSweepRows) {
-            const int64_t rows = std::min(kSweepRows, hi - r);
+          const int64_t sweep = sweep_rows(N);
+          for (int64_t r = lo; r < hi; r += sweep) {
+            const int64_t rows = std::min(sweep, hi - r);
             ln_block<T, decltype(hw)::value, decltype(hb)::value>(xp + r * N, w, b, y + r * N, rows, N, A(eps), rms,
                                                                     mp ? mp + r : local_mean, rp + r);
           }
@@ -196,9 +199,10 @@ void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
             A* pw = want_params ? partial.data() + 2 * c * N : nullptr;
             A* pb = want_params ? pw + N : nullptr;
             const int64_t r1 = std::min(M, (c + 1) * rows_per_chunk);
-            for (int64_t r = c * rows_per_chunk; r < r1; r += kSweepRows)
+            const int64_t sweep = sweep_rows(N);
+            for (int64_t r = c * rows_per_chunk; r < r1; r += sweep)
               ln_block_backward<T, decltype(hw)::value, decltype(wp)::value>(
-                  gp + r * N, xp + r * N, w, gxp ? gxp + r * N : nullptr, std::min(kSweepRows, r1 - r), N,
+                  gp + r * N, xp + r * N, w, gxp ? gxp + r * N : nullptr, std::min(sweep, r1 - r), N,
                   mp ? mp + r : nullptr, rp + r, rms, pw, pb);
           }
         });
