@@ -121,6 +121,20 @@ void ln_block_backward(const T* __restrict g, const T* __restrict x, const T* __
     const T* __restrict gr = g + r * n;
     const T* __restrict xr = x + r * n;
     const A m = mean ? mean[r] : A(0), s = rstd[r], k1 = c1[r], k2 = c2[r];
+    if (WantParams && gx) {  // both in one pass over g and x
+      T* __restrict gxr = gx + r * n;
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        const A gi = A(gr[i]);
+        A h = gi;
+        if constexpr (HasW) h *= A(w[i]);
+        const A xh = (A(xr[i]) - m) * s;
+        gxr[i] = T(s * (h - k1 - xh * k2));
+        pw[i] += gi * xh;
+        pb[i] += gi;
+      }
+      continue;
+    }
     if (gx) {
       T* __restrict gxr = gx + r * n;
 #pragma omp simd
