@@ -235,6 +235,24 @@ TEST(LossCrossEntropy, StableForHugeLogits) {
   EXPECT_TRUE(all_close(l, tensor<float>({0.0f, 2000.0f}, {2}), 1e-6, 1e-6));
 }
 
+TEST(LossCrossEntropy, Bf16FollowsF32) {
+  Tensor x = rnd({16, 10}, kF32, 5, 3.0);
+  Generator gen(6);
+  Tensor t = randint(0, 10, {16}, gen);
+  Tensor xb = to(x, kBF16);
+  xb.requires_grad_(true);
+  Tensor xf = to(xb.detach(), kF32);  // the same rounded values in f32
+  xf.requires_grad_(true);
+  Tensor lb = cross_entropy(xb, t), lf = cross_entropy(xf, t);
+  EXPECT_EQ(lb.dtype(), kBF16);
+  EXPECT_TRUE(all_close(to(lb, kF32), lf, 1e-2, 1e-2));
+  lb.backward();
+  lf.backward();
+  EXPECT_TRUE(all_close(to(xb.grad(), kF32), xf.grad(), 2e-2, 1e-3));
+  EXPECT_TRUE(all_close(to(mse_loss(xb, to(x * 0.5, kBF16)), kF32), mse_loss(xf, to(to(x * 0.5, kBF16), kF32)), 1e-2,
+                        1e-2));
+}
+
 // ---- gradchecks (f64) ----
 
 TEST(LossGrad, CrossEntropy) {
@@ -357,6 +375,13 @@ TEST(LossErrors, Messages) {
   EXPECT_KILN_ERROR(binary_cross_entropy_with_logits(ones({2, 3}), ones({3})),
                     "[binary_cross_entropy_with_logits] input [2, 3] and target [3] must have the same shape");
   EXPECT_KILN_ERROR(mse_loss(Tensor(), ones({3})), "[mse_loss] input is an undefined tensor");
+  EXPECT_KILN_ERROR(mse_loss(ones({3}), Tensor()), "[mse_loss] target is an undefined tensor");
+  EXPECT_KILN_ERROR(binary_cross_entropy_with_logits(ones({2, 3}), ones({2, 3}), ones({3}, {.dtype = kF64})),
+                    "[binary_cross_entropy_with_logits] weight has dtype f64 but input has dtype f32");
+  EXPECT_KILN_ERROR(cross_entropy(Tensor(), zeros({4}, {.dtype = kI64})), "[cross_entropy] logits is an undefined tensor");
+  EXPECT_KILN_ERROR(cross_entropy(x, Tensor()), "[cross_entropy] targets is an undefined tensor");
+  EXPECT_KILN_ERROR(cross_entropy(full({}, 1.0f), zeros({}, {.dtype = kI64})), "[cross_entropy] logits must have a class dim, got a scalar");
+  EXPECT_KILN_ERROR(cross_entropy(x, zeros({4}, {.dtype = kI64}), Tensor()), "[cross_entropy] mask is an undefined tensor");
 }
 
 }  // namespace

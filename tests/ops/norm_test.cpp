@@ -289,6 +289,18 @@ TEST(NormGrad, SecondOrderThroughCreateGraph) {
 
 // ---- behaviour ----
 
+TEST(Norm, Bf16FollowsF32) {
+  Tensor x = rnd({6, 40}, kF32, 9, 2.0, 1.0), w = rnd({40}, kF32, 10), b = rnd({40}, kF32, 11);
+  Tensor want = layer_norm(x, {40}, w, b);
+  Tensor got = layer_norm(to(x, kBF16), {40}, to(w, kBF16), to(b, kBF16));
+  EXPECT_EQ(got.dtype(), kBF16);
+  EXPECT_TRUE(all_close(to(got, kF32), want, 3e-2, 3e-2));
+  Tensor xb = rnd({4, 3, 5}, kF32, 12);
+  EXPECT_TRUE(all_close(to(batch_norm(to(xb, kBF16), {}, {}, {}, {}, true), kF32), batch_norm(xb, {}, {}, {}, {}, true),
+                        3e-2, 3e-2));
+  EXPECT_TRUE(all_close(to(rms_norm(to(x, kBF16), {40}), kF32), rms_norm(x, {40}), 3e-2, 3e-2));
+}
+
 TEST(Norm, LayerNormRowsAreStandardised) {
   Tensor x = rnd({6, 50}, kF32, 7, 10.0, 100.0);
   Tensor y = layer_norm(x, {50});
@@ -341,6 +353,9 @@ TEST(NormErrors, Messages) {
                     "[batch_norm] Expected more than 1 value per channel when training, got input of shape [1, 3]");
   EXPECT_KILN_ERROR(batch_norm(ones({2, 3}, {.dtype = kI32}), rm, rv, {}, {}, true), "[batch_norm] expects a floating input");
   EXPECT_KILN_ERROR(batch_norm(x, rm, rv, {}, {}, true, {.eps = -1}), "[batch_norm] eps must be finite and >= 0");
+  EXPECT_KILN_ERROR(batch_norm(x, rm, rv, {}, {}, true, {.momentum = NAN}), "[batch_norm] momentum must be finite, got nan");
+  EXPECT_KILN_ERROR(batch_norm(x, zeros({3}, {.dtype = kI64}), rv, {}, {}, true), "[batch_norm] running_mean must be floating, got i64");
+  EXPECT_KILN_ERROR(batch_norm(Tensor(), rm, rv, {}, {}, true), "[batch_norm] input is an undefined tensor");
   // A failed call leaves the running buffers untouched.
   EXPECT_TRUE(testing::equal(rm, zeros({3})));
   // Eval with one value per channel is fine.
