@@ -57,6 +57,14 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
     KILN_CHECK(mask.shape() == targets.shape(), op, "mask of shape {} does not match targets {}",
                to_string(mask.shape()), to_string(targets.shape()));
   }
+  if (opts.weight.defined()) {
+    KILN_CHECK(opts.weight.shape() == Shape{C}, op, "weight of shape {} does not match the {} classes of logits {}",
+               to_string(opts.weight.shape()), C, to_string(logits.shape()));
+    KILN_CHECK(opts.weight.dtype() == logits.dtype(), op, "weight has dtype {} but logits have dtype {}",
+               name(opts.weight.dtype()), name(logits.dtype()));
+    KILN_CHECK(opts.label_smoothing == 0.0, op, "weight together with label_smoothing is not supported");
+    KILN_CHECK(!needs_grad(opts.weight), op, "no gradient flows to weight; pass weight.detach()");
+  }
   Tensor tc = nograd(targets, targets.dtype());
   if (int64_t bad = cpu::first_bad_target(tc, C, opts.ignore_index); bad >= 0) {
     const int64_t v = tc.dtype() == kI32 ? tc.data<int32_t>()[bad] : tc.data<int64_t>()[bad];
@@ -77,6 +85,13 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
   Tensor xc = contiguous(x);  // x itself when already contiguous
   const DType dt = logits.dtype();
   Tensor weights = nograd(mask, dt);
+  if (opts.weight.defined()) {
+    // Per-row weight w[t_r] (ignored rows read class 0; they never count), times the mask.
+    NoGradGuard no_grad;
+    Tensor safe = where(eq(tc, opts.ignore_index), Scalar(0), tc);
+    Tensor cw = reshape(index_select(opts.weight, 0, reshape(safe, {-1})), targets.shape());
+    weights = contiguous(weights.defined() ? weights * cw : cw);
+  }
   const int64_t R = tc.numel();
   Tensor lse = Tensor::empty({R}, stat_dtype(dt));
   Tensor rows = opts.reduction == Reduction::None ? Tensor::empty(targets.shape(), dt) : Tensor();

@@ -74,7 +74,13 @@ TEST(LossGolden, CrossEntropyMatchesPyTorch) {
               {"ce_smooth_mean", ce({.label_smoothing = 0.1})},
               {"ce_smooth_ignore_none", ce({.reduction = R::None, .label_smoothing = 0.2})},
               {"ce_f32_i32_mean", ce({})},
-              {"ce_masked_mean", [](const Inputs& i) { return cross_entropy(i.at("x"), i.at("t"), i.at("m")); }}},
+              {"ce_masked_mean", [](const Inputs& i) { return cross_entropy(i.at("x"), i.at("t"), i.at("m")); }},
+              {"ce_class_weight_mean",
+               [](const Inputs& i) { return cross_entropy(i.at("x"), i.at("t"), {.weight = i.at("w")}); }},
+              {"ce_class_weight_class1_none", [](const Inputs& i) {
+                 return cross_entropy(i.at("x"), i.at("t"),
+                                      {.reduction = R::None, .class_dim = 1, .weight = i.at("w").slice(0, 0, 4)});
+               }}},
              1e-12);
 }
 
@@ -269,6 +275,9 @@ TEST(LossGrad, CrossEntropy) {
             return cross_entropy(in[0], t32, {.reduction = r, .label_smoothing = 0.3});
           },
           {x});
+      Tensor cw = tensor<double>({0.5, 2.0, 1.0, 0.25}, {4});
+      EXPECT_GRADCHECK(
+          [&](const std::vector<Tensor>& in) { return cross_entropy(in[0], t, {.reduction = r, .weight = cw}); }, {x});
       Tensor fm = tensor<double>({0.5, 1.0, 0.0, 1.0, 2.0}, {5});
       EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], t32, fm, {.reduction = r}); },
                        {x});
@@ -382,6 +391,12 @@ TEST(LossErrors, Messages) {
   EXPECT_KILN_ERROR(cross_entropy(x, Tensor()), "[cross_entropy] targets is an undefined tensor");
   EXPECT_KILN_ERROR(cross_entropy(full({}, 1.0f), zeros({}, {.dtype = kI64})), "[cross_entropy] logits must have a class dim, got a scalar");
   EXPECT_KILN_ERROR(cross_entropy(x, zeros({4}, {.dtype = kI64}), Tensor()), "[cross_entropy] mask is an undefined tensor");
+  Tensor z = zeros({4}, {.dtype = kI64});
+  EXPECT_KILN_ERROR(cross_entropy(x, z, {.weight = ones({4})}), "[cross_entropy] weight of shape [4] does not match the 5 classes of logits [4, 5]");
+  EXPECT_KILN_ERROR(cross_entropy(x, z, {.weight = ones({5}, {.dtype = kF64})}), "[cross_entropy] weight has dtype f64 but logits have dtype f32");
+  EXPECT_KILN_ERROR(cross_entropy(x, z, {.label_smoothing = 0.1, .weight = ones({5})}),
+                    "[cross_entropy] weight together with label_smoothing is not supported");
+  EXPECT_KILN_ERROR(cross_entropy(x, z, {.weight = ones({5}, {.requires_grad = true})}), "[cross_entropy] no gradient flows to weight");
 }
 
 }  // namespace

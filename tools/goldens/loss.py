@@ -53,6 +53,12 @@ def _ce():
     t32 = torch.randint(0, 10, (8,), generator=common.gen(5), dtype=torch.int64)
     cases.append(_case("ce_f32_i32_mean", lambda x, t: F.cross_entropy(x, t.long()), dict(x=x32, t=t32.int()),
                        ["x"]))
+    cw = _r(5, seed=6).abs() + 0.25
+    cases.append(_case("ce_class_weight_mean", lambda x, t, w: F.cross_entropy(x, t, weight=w), dict(x=x, t=ti, w=cw),
+                       ["x"]))
+    cases.append(_case("ce_class_weight_class1_none",
+                       lambda x, t, w: F.cross_entropy(x, t, weight=w[:4], reduction="none"),
+                       dict(x=x4, t=t4, w=cw), ["x"]))
     m = torch.tensor([True, False, True, True, False, True])
     cases.append(_case("ce_masked_mean",
                        lambda x, t, m: (F.cross_entropy(x, t, reduction="none") * m).sum() / m.sum(),

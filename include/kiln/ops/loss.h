@@ -23,6 +23,10 @@ struct CrossEntropyOptions {
   /// PyTorch's label_smoothing in [0, 1]: the target distribution becomes
   /// (1 - s) * onehot + s / C.
   double label_smoothing = 0.0;
+  /// PyTorch's per-class weight [C] (logits' dtype): row r counts w[t_r]
+  /// times, and mean divides by the sum of w[t_r] over counted rows. Not
+  /// combinable with label_smoothing; no gradient flows to it (as in PyTorch).
+  Tensor weight = Tensor();
 };
 
 /// Cross-entropy of raw logits [..., C, ...] against integer class targets
