@@ -95,10 +95,14 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
   const int64_t R = tc.numel();
   Tensor lse = Tensor::empty({R}, stat_dtype(dt));
   Tensor rows = opts.reduction == Reduction::None ? Tensor::empty(targets.shape(), dt) : Tensor();
-  // With a backward to come, the forward keeps the softmax (R x C) so the
-  // backward is one multiply-subtract pass instead of a second exp pass.
+  // With a backward to come and short rows, the forward keeps the softmax
+  // (R x C, as PyTorch's log_softmax keeps its output) so the backward is one
+  // multiply-subtract pass: on rows of tens of classes the per-row steps, not
+  // the exps, cost the most. Long rows (a language model's vocabulary) save
+  // only lse and recompute the exps: no second [R, C] tensor held.
+  constexpr int64_t kKeepProbsMaxClasses = 1024;
   const bool grad = needs_grad(xc);
-  Tensor probs = grad ? Tensor::empty({R, C}, dt) : Tensor();
+  Tensor probs = grad && C <= kKeepProbsMaxClasses ? Tensor::empty({R, C}, dt) : Tensor();
   double total = 0, wsum = 0;
   cpu::cross_entropy(xc, tc, weights, opts.ignore_index, opts.label_smoothing, lse, probs, rows, &total, &wsum);
   // Mean divides by the weight of the counted rows; nothing counted gives 0 (SPECS F2).

@@ -240,6 +240,19 @@ TEST(LossCrossEntropy, AllMaskedGivesZeroLossAndGradient) {
   EXPECT_TRUE(testing::equal(y.grad(), zeros({3, 4}, {.dtype = kF64})));
 }
 
+TEST(LossCrossEntropy, LongRowsRecomputeTheSoftmax) {
+  // Above 1024 classes the backward recomputes exp(x - lse) instead of
+  // reading a saved softmax: the same gradient, (softmax - onehot) / R.
+  for (int64_t C : {int64_t(1000), int64_t(3000)}) {
+    SCOPED_TRACE(C);
+    Tensor x = leaf({3, C}, 40, -3, 3);
+    Tensor t = tensor<int64_t>({0, C - 1, 7}, {3});
+    cross_entropy(x, t, {.label_smoothing = 0.1}).backward();
+    Tensor q = to(one_hot(t, C), kF64) * 0.9 + 0.1 / double(C);
+    EXPECT_TRUE(all_close(x.grad(), (softmax(x.detach(), 1) - q) / 3.0, 1e-12, 1e-15));
+  }
+}
+
 TEST(LossCrossEntropy, StableForHugeLogits) {
   Tensor x = tensor<float>({1000, 0, -1000, 1000}, {2, 2});
   Tensor l = cross_entropy(x, tensor<int64_t>({0, 0}, {2}), {.reduction = Reduction::None});
