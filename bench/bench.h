@@ -62,5 +62,6 @@ struct Bench {
 // One per family (bench/<family>_bench.cpp); each appends its benches.
 void core_benches(std::vector<Bench>& out);  // add, matmul, FMA peak: kiln_bench.cpp
 void conv_benches(std::vector<Bench>& out);  // conv2d, max_pool2d fwd+bwd: conv_bench.cpp
+void norm_benches(std::vector<Bench>& out);  // layer_norm, cross_entropy, batch_norm: norm_bench.cpp
 
 }  // namespace bench

@@ -101,6 +101,7 @@ std::vector<Bench> all_benches() {
   std::vector<Bench> out;
   core_benches(out);
   conv_benches(out);
+  norm_benches(out);
   return out;
 }
 

@@ -11,12 +11,6 @@ using namespace kiln;
 
 namespace {
 
-// Cross-entropy from logits [B, C] and i64 labels [B]: mean of -log_softmax at the label.
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
-  Tensor logp = log_softmax(logits, -1);
-  return neg(mean(gather(logp, 1, unsqueeze(labels, 1))));
-}
-
 // Fan-in scaled uniform init, like torch.nn.Linear: U(-1/sqrt(I), 1/sqrt(I)).
 Tensor init_weight(int64_t out, int64_t in, Generator& gen) {
   double bound = 1.0 / std::sqrt(double(in));
@@ -52,7 +46,7 @@ int main() {
       Tensor idx = narrow(order, 0, i, B);
       Tensor xb = index_select(x, 0, idx), yb = index_select(y, 0, idx);
       Tensor logits = linear(relu(linear(xb, w1, b1)), w2, b2);  // [B, C]
-      Tensor loss = cross_entropy(logits, yb);
+      Tensor loss = cross_entropy(logits, yb);  // kiln's fused op (kiln/ops/loss.h), mean over B
       loss.backward();
       {
         NoGradGuard no_grad;
