@@ -61,5 +61,6 @@ struct Bench {
 
 // One per family (bench/<family>_bench.cpp); each appends its benches.
 void core_benches(std::vector<Bench>& out);  // add, matmul, FMA peak: kiln_bench.cpp
+void attention_benches(std::vector<Bench>& out);  // attention_bench.cpp
 
 }  // namespace bench

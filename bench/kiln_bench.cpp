@@ -100,6 +100,7 @@ namespace {
 std::vector<Bench> all_benches() {
   std::vector<Bench> out;
   core_benches(out);
+  attention_benches(out);
   return out;
 }
 
