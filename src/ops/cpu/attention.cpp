@@ -105,6 +105,24 @@ void gemm(int64_t M, int64_t N, int64_t K, const A* a, int64_t sam, int64_t sak,
   }
 }
 
+// max(x[0..n)) for n a multiple of W, lane-wise then across lanes (-inf when
+// all are -inf).
+template <class A>
+inline A row_max(const A* x, int64_t n) {
+  using V = typename Vec<A>::type;
+  constexpr int W = Vec<A>::W;
+  const A ninf = -std::numeric_limits<A>::infinity();
+  V m = V{} + ninf;
+  for (int64_t j = 0; j < n; j += W) {
+    V v;
+    std::memcpy(&v, x + j, sizeof(V));
+    m = v > m ? v : m;
+  }
+  A r = ninf;
+  for (int i = 0; i < W; ++i) r = m[i] > r ? m[i] : r;
+  return r;
+}
+
 // Rows [r, r + n) of a [rows, d] head copied into a [n, dp] buffer (zero padded
 // columns), times `mul`.
 template <class A>
@@ -205,10 +223,7 @@ void forward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, A
             for (int64_t j = 0; j < lim; ++j)
               if (!mrow[j * mk.sj]) srow[j] = ninf;
           }
-          A mx = ninf;
-#pragma omp simd reduction(max : mx)
-          for (int64_t j = 0; j < cp; ++j) mx = std::max(mx, srow[j]);
-          const A mnew = std::max(m[ri], mx);
+          const A mnew = std::max(m[ri], row_max(srow, cp));
           if (mnew == ninf) {  // no allowed key so far: this block adds nothing
             std::fill(srow, srow + cp, A(0));
             continue;
