@@ -155,7 +155,7 @@ AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const P
       if (GradMode::is_enabled()) return composed_grads(q, k, v, a.grad(), p);
       Tensor dq = Tensor::empty(q.shape(), q.dtype()), dk = Tensor::empty(k.shape(), k.dtype()),
              dv = Tensor::empty(v.shape(), v.dtype());
-      cpu::flash_attention_backward(s, contiguous(q), contiguous(k), contiguous(v), a.saved[3], contiguous(a.grad()),
+      cpu::flash_attention_backward(s, contiguous(q), contiguous(k), contiguous(v), a.saved[3], a.grad(),
                                     a.saved[4], dq, dk, dv);
       return {a.needs(0) ? dq : Tensor(), a.needs(1) ? dk : Tensor(), a.needs(2) ? dv : Tensor()};
     });

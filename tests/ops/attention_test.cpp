@@ -149,6 +149,17 @@ TEST(AttentionKernels, FlashMatchesRef) {
       EXPECT_TRUE(all_close(dq1, dq2, gtol, gtol)) << "dq";
       EXPECT_TRUE(all_close(dk1, dk2, gtol, gtol)) << "dk";
       EXPECT_TRUE(all_close(dv1, dv2, gtol, gtol)) << "dv";
+      // dout is read in place with its strides: a transposed layout and a
+      // stride-0 (expanded) one give the same bits as their contiguous copies.
+      for (const Tensor& gs : {noncontiguous(g), expand(random({1, 1, 1, c.Dv}, ++seed, t), g.shape())}) {
+        Tensor gc = contiguous(gs);
+        ASSERT_FALSE(gs.numel() > 1 && gs.is_contiguous());
+        cpu::flash_attention_backward(s, q, k, v, o2, gs, l2, dq1, dk1, dv1);
+        cpu::flash_attention_backward(s, q, k, v, o2, gc, l2, dq2, dk2, dv2);
+        EXPECT_TRUE(testing::equal(dq1, dq2)) << "dq, strided dout";
+        EXPECT_TRUE(testing::equal(dk1, dk2)) << "dk, strided dout";
+        EXPECT_TRUE(testing::equal(dv1, dv2)) << "dv, strided dout";
+      }
     }
 }
 

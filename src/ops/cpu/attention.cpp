@@ -267,8 +267,11 @@ void forward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, A
 //   dV = P^T dO, dP = dO V^T, dS = P * (dP - Di), dQ = scale dS K, dK = scale dS^T Q.
 // ---------------------------------------------------------------------------
 template <class A>
-void backward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, const A* out, const A* dout,
+void backward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, const A* out, const Tensor& dout,
                    const A* lse, A* dq, A* dk, A* dv) {
+  // dout may be strided (sum's gradient is an expanded scalar): read in place.
+  const A* gp = dout.data<A>();
+  const Strides& gs = dout.strides();
   const int64_t Tq = s.Tq, Tk = s.Tk, Dh = s.Dh, Dv = s.Dv, off = Tk - Tq;
   const int64_t Dhp = round_up<A>(Dh), Dvp = round_up<A>(Dv);
   const int64_t Tkp = (Tk + kBk - 1) / kBk * kBk;
@@ -285,19 +288,23 @@ void backward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, 
     const A* kh = k + bh * Tk * Dh;
     const A* vh = v + bh * Tk * Dv;
     const A* oh = out + bh * Tq * Dv;
-    const A* gh = dout + bh * Tq * Dv;
+    const A* gh = gp + (bh / s.H) * gs[0] + (bh % s.H) * gs[1];
     const A* L = lse + bh * Tq;
     const MaskView mk = mask_for(s, bh / s.H, bh % s.H);
 
     pack_rows(qh, Dh, Tq, Dhp, scale, Qp);  // dK = dS^T (scale q) needs no extra scaling
-    pack_rows(gh, Dv, Tq, Dvp, A(1), dOp);
+    for (int64_t i = 0; i < Tq; ++i) {
+      A* o = dOp + i * Dvp;
+      for (int64_t c = 0; c < Dv; ++c) o[c] = gh[i * gs[2] + c * gs[3]];
+      for (int64_t c = Dv; c < Dvp; ++c) o[c] = A(0);
+    }
     pack_rows(kh, Dh, Tk, Dhp, A(1), Kp);
     std::fill(Kp + Tk * Dhp, Kp + Tkp * Dhp, A(0));
     std::fill(dQa, dQa + Tq * Dhp, A(0));
     for (int64_t i = 0; i < Tq; ++i) {
       A d = 0;
 #pragma omp simd reduction(+ : d)
-      for (int64_t c = 0; c < Dv; ++c) d += gh[i * Dv + c] * oh[i * Dv + c];
+      for (int64_t c = 0; c < Dv; ++c) d += dOp[i * Dvp + c] * oh[i * Dv + c];
       Di[i] = d;
     }
 
@@ -375,8 +382,8 @@ void flash_attention_backward(const AttentionShape& s, const Tensor& q, const Te
                               const Tensor& dk, const Tensor& dv) {
   dispatch_float("flash_attention_backward", q.dtype(), [&](auto tag) {
     using A = decltype(tag);
-    backward_impl<A>(s, q.data<A>(), k.data<A>(), v.data<A>(), out.data<A>(), dout.data<A>(), lse.data<A>(),
-                     dq.data<A>(), dk.data<A>(), dv.data<A>());
+    backward_impl<A>(s, q.data<A>(), k.data<A>(), v.data<A>(), out.data<A>(), dout, lse.data<A>(), dq.data<A>(),
+                     dk.data<A>(), dv.data<A>());
   });
 }
 
@@ -445,7 +452,8 @@ void flash_attention_backward(const AttentionShape& s, const Tensor& q, const Te
                               const Tensor& dk, const Tensor& dv) {
   dispatch_float("flash_attention_backward", q.dtype(), [&](auto tag) {
     using A = decltype(tag);
-    const A *qp = q.data<A>(), *kp = k.data<A>(), *vp = v.data<A>(), *op = out.data<A>(), *gp = dout.data<A>();
+    const Tensor dc = dout.contiguous();
+    const A *qp = q.data<A>(), *kp = k.data<A>(), *vp = v.data<A>(), *op = out.data<A>(), *gp = dc.data<A>();
     const A* lp = lse.data<A>();
     std::vector<double> gq(size_t(dq.numel())), gk(size_t(dk.numel())), gv(size_t(dv.numel())), row;
     for (int64_t b = 0; b < s.B; ++b)

@@ -30,8 +30,9 @@ void flash_attention_forward(const AttentionShape& s, const Tensor& q, const Ten
                              const Tensor& out, const Tensor& lse);
 
 /// The flash backward: from the forward's inputs, out, lse and the output
-/// gradient dout [B,H,Tq,Dv] (all contiguous, one dtype), writes dq, dk, dv
-/// (contiguous, shapes of q, k, v).
+/// gradient dout [B,H,Tq,Dv] (one dtype; all contiguous except dout, which
+/// may have any strides, 0 included), writes dq, dk, dv (contiguous, shapes
+/// of q, k, v).
 void flash_attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& out, const Tensor& dout, const Tensor& lse, const Tensor& dq,
                               const Tensor& dk, const Tensor& dv);
