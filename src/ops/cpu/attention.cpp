@@ -228,7 +228,6 @@ void forward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, A
             std::fill(srow, srow + cp, A(0));
             continue;
           }
-          const A alpha = vexp(m[ri] - mnew);  // rescales the old sum and output (0 when m was -inf)
           A sum = 0;
 #pragma omp simd reduction(+ : sum)
           for (int64_t j = 0; j < cp; ++j) {
@@ -236,13 +235,17 @@ void forward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, A
             srow[j] = p;
             sum += p;
           }
-          l[ri] = l[ri] * alpha + sum;
-          m[ri] = mnew;
-          if (alpha != A(1)) {
-            A* orow = O + ri * Dvp;
+          if (m[ri] != ninf) {  // rescale the old sum and output to the new max (both are 0 before any key)
+            const A alpha = vexp(m[ri] - mnew);
+            l[ri] *= alpha;
+            if (alpha != A(1)) {
+              A* orow = O + ri * Dvp;
 #pragma omp simd
-            for (int64_t c = 0; c < Dvp; ++c) orow[c] *= alpha;
+              for (int64_t c = 0; c < Dvp; ++c) orow[c] *= alpha;
+            }
           }
+          l[ri] += sum;
+          m[ri] = mnew;
         }
         gemm<A, true>(rn, Dvp, cp, S, kBk, 1, Vb, Dvp, O + r0 * Dvp, Dvp);
       }
