@@ -298,6 +298,30 @@ TEST(AttentionPaths, BFloat16ComputesInF32) {
   }
 }
 
+TEST(AttentionPaths, MaskRanksAndEmptySizes) {
+  Tensor q = random({2, 2, 3, 4}, 1), k = random({2, 2, 5, 4}, 2), v = random({2, 2, 5, 3}, 3);
+  Tensor m2 = random_mask({3, 5}, 4);  // [Tq, Tk]: broadcast over B and H
+  Tensor want = scaled_dot_product_attention(q, k, v, {.mask = m2.reshape({1, 1, 3, 5}), .need_weights = true}).out;
+  for (AttentionBackend p : {AttentionBackend::Standard, AttentionBackend::Flash}) {
+    SCOPED_TRACE(policy_name(p));
+    EXPECT_TRUE(all_close(scaled_dot_product_attention(q, k, v, {.mask = m2, .policy = p}).out, want, 1e-12, 1e-12));
+    // A 0-dim true mask allows everything; a 0-dim false one nothing.
+    EXPECT_TRUE(all_close(scaled_dot_product_attention(q, k, v, {.mask = bools({1}, {}), .policy = p}).out,
+                          scaled_dot_product_attention(q, k, v, {.policy = p}).out, 1e-12, 1e-12));
+    EXPECT_TRUE(all_close(scaled_dot_product_attention(q, k, v, {.mask = bools({0}, {}), .policy = p}).out,
+                          zeros({2, 2, 3, 3}, {.dtype = kF64}), 0, 0));
+    // No keys: every row is fully masked. No queries: an empty output.
+    Tensor k0 = leaf_of(random({2, 2, 0, 4}, 5)), v0 = leaf_of(random({2, 2, 0, 3}, 6)), ql = leaf_of(q);
+    Result r = run(ql, k0, v0, ones({2, 2, 3, 3}, {.dtype = kF64}), {.policy = p});
+    EXPECT_TRUE(all_close(r.out, zeros({2, 2, 3, 3}, {.dtype = kF64}), 0, 0));
+    EXPECT_TRUE(all_close(r.dq, zeros(q.shape(), {.dtype = kF64}), 0, 0));
+    Tensor q0 = leaf_of(random({2, 2, 0, 4}, 7));
+    Result e = run(q0, leaf_of(k), leaf_of(v), zeros({2, 2, 0, 3}, {.dtype = kF64}), {.causal = true, .policy = p});
+    EXPECT_EQ(e.out.shape(), (Shape{2, 2, 0, 3}));
+    EXPECT_TRUE(all_close(e.dk, zeros(k.shape(), {.dtype = kF64}), 0, 0));
+  }
+}
+
 // ---- gradchecks (f64) ----
 
 void gradcheck_attention(AttentionBackend policy) {
