@@ -7,9 +7,10 @@
 // NOTE [Flash attention tiling]: the forward runs one task per (b, h, block
 // of kBq queries); it streams over blocks of kBk keys, keeping per query row
 // the running max m, running sum l and the unnormalised output (kBq x Dv), so
-// no [Tq, Tk] matrix exists, only a kRows x kBk score tile. Under `causal`
-// each tile of kRows query rows computes only the key columns its last row
-// may see (rounded up to W), so the work is close to the triangle. The
+// no [Tq, Tk] matrix exists, only a score tile of kBk keys x kRows query rows
+// (stored transposed: K is read in place and each softmax step is a vector
+// over the rows). Under `causal` each tile of kRows query rows computes only
+// the keys its last row may see, so the work is close to the triangle. The
 // backward runs one task per (b, h): for each key block it accumulates dK and
 // dV in registers-sized buffers while sweeping the query rows that see it,
 // and adds into a per-head dQ accumulator (no atomics: the head is the task).
@@ -105,24 +106,6 @@ void gemm(int64_t M, int64_t N, int64_t K, const A* a, int64_t sam, int64_t sak,
   }
 }
 
-// max(x[0..n)) for n a multiple of W, lane-wise then across lanes (-inf when
-// all are -inf).
-template <class A>
-inline A row_max(const A* x, int64_t n) {
-  using V = typename Vec<A>::type;
-  constexpr int W = Vec<A>::W;
-  const A ninf = -std::numeric_limits<A>::infinity();
-  V m = V{} + ninf;
-  for (int64_t j = 0; j < n; j += W) {
-    V v;
-    std::memcpy(&v, x + j, sizeof(V));
-    m = v > m ? v : m;
-  }
-  A r = ninf;
-  for (int i = 0; i < W; ++i) r = m[i] > r ? m[i] : r;
-  return r;
-}
-
 // Rows [r, r + n) of a [rows, d] head copied into a [n, dp] buffer (zero padded
 // columns), times `mul`.
 template <class A>
@@ -181,14 +164,14 @@ void run_tasks(int64_t tasks, int64_t scratch_per_worker, DType dtype, F&& task)
 template <class A>
 void forward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, A* out, A* lse) {
   const int64_t Tq = s.Tq, Tk = s.Tk, Dh = s.Dh, Dv = s.Dv, off = Tk - Tq;
-  const int64_t Dhp = round_up<A>(Dh), Dvp = round_up<A>(Dv);
+  const int64_t Dvp = round_up<A>(Dv);
   const int64_t nqb = (Tq + kBq - 1) / kBq;
   const A scale = A(s.scale), ninf = -std::numeric_limits<A>::infinity();
-  // Scratch: Qs [kBq, Dhp], O [kBq, Dvp], Kt [Dh, kBk], Vb [kBk, Dvp], S [kRows, kBk], m, l [kBq].
-  const int64_t scratch = kBq * Dhp + kBq * Dvp + Dh * kBk + kBk * Dvp + kRows * kBk + 2 * kBq;
+  // Scratch: Qt [Dh, kBq] (scaled q, transposed), O [kBq, Dvp], Vb [kBk, Dvp], St [kBk, kRows], m, l [kBq].
+  const int64_t scratch = Dh * kBq + kBq * Dvp + kBk * Dvp + kBk * kRows + 2 * kBq;
   run_tasks<A>(s.B * s.H * nqb, scratch, dtype_v<A>, [&](int64_t t, A* ws) {
-    A *Qs = ws, *O = Qs + kBq * Dhp, *Kt = O + kBq * Dvp, *Vb = Kt + Dh * kBk, *S = Vb + kBk * Dvp;
-    A *m = S + kRows * kBk, *l = m + kBq;
+    A *Qt = ws, *O = Qt + Dh * kBq, *Vb = O + kBq * Dvp, *St = Vb + kBk * Dvp, *m = St + kBk * kRows;
+    A* l = m + kBq;
     const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb;  // longest (causal) blocks first
     const int64_t i0 = qb * kBq, nr = std::min(kBq, Tq - i0);
     const A* qh = q + (bh * Tq + i0) * Dh;
@@ -196,58 +179,68 @@ void forward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, A
     const A* vh = v + bh * Tk * Dv;
     const MaskView mk = mask_for(s, bh / s.H, bh % s.H);
 
-    pack_rows(qh, Dh, nr, Dhp, scale, Qs);  // scores come out scaled
-    std::fill(O, O + nr * Dvp, A(0));
-    std::fill(m, m + nr, ninf);
-    std::fill(l, l + nr, A(0));
+    // Scores are computed transposed, St [keys, kRows query rows] = K Qt, so
+    // K is read in place and every softmax step is a vector over query rows.
+    std::fill(Qt, Qt + Dh * kBq, A(0));
+    for (int64_t r = 0; r < nr; ++r)
+      for (int64_t d = 0; d < Dh; ++d) Qt[d * kBq + r] = qh[r * Dh + d] * scale;
+    std::fill(O, O + kBq * Dvp, A(0));
+    std::fill(m, m + kBq, ninf);
+    std::fill(l, l + kBq, A(0));
     const int64_t kend = s.causal ? std::clamp<int64_t>(i0 + nr + off, 0, Tk) : Tk;
     for (int64_t k0 = 0; k0 < kend; k0 += kBk) {
-      const int64_t kn = std::min(kBk, kend - k0), knp = round_up<A>(kn);
-      pack_transposed(kh + k0 * Dh, Dh, kn, knp, kBk, Kt);
+      const int64_t kn = std::min(kBk, kend - k0);
       pack_rows(vh + k0 * Dv, Dv, kn, Dvp, A(1), Vb);
-      std::fill(Vb + kn * Dvp, Vb + knp * Dvp, A(0));
       for (int64_t r0 = 0; r0 < nr; r0 += kRows) {
         const int64_t rn = std::min(kRows, nr - r0);
         // Keys this tile's last row may see.
         const int64_t cols = s.causal ? std::min(kn, i0 + r0 + rn + off - k0) : kn;
         if (cols <= 0) continue;
-        const int64_t cp = round_up<A>(cols);
-        gemm<A, false>(rn, cp, Dh, Qs + r0 * Dhp, Dhp, 1, Kt, kBk, S, kBk);
-        for (int64_t r = 0; r < rn; ++r) {
-          const int64_t i = i0 + r0 + r, ri = r0 + r;
-          const int64_t lim = std::max<int64_t>(0, s.causal ? std::min(cols, i + off - k0 + 1) : cols);
-          A* srow = S + r * kBk;
-          for (int64_t j = lim; j < cp; ++j) srow[j] = ninf;
+        gemm<A, false>(cols, kRows, Dh, kh + k0 * Dh, Dh, 1, Qt + r0, kBq, St, kRows);
+        A tmax[kRows], shift[kRows], alpha[kRows], sum[kRows];
+        std::fill(tmax, tmax + kRows, ninf);
+        std::fill(sum, sum + kRows, A(0));
+        // Causal: key k0 + j is allowed for tile row r iff j + first <= r.
+        const int64_t first = k0 - off - i0 - r0;
+        for (int64_t j = 0; j < cols; ++j) {
+          A* sj = St + j * kRows;
+          if (s.causal)  // rows r < j + first may not see this key (only near the diagonal)
+            std::fill(sj, sj + std::clamp<int64_t>(j + first, 0, kRows), ninf);
           if (mk.base) {
-            const bool* mrow = mk.base + i * mk.si + k0 * mk.sj;
-            for (int64_t j = 0; j < lim; ++j)
-              if (!mrow[j * mk.sj]) srow[j] = ninf;
+            const bool* mcol = mk.base + (i0 + r0) * mk.si + (k0 + j) * mk.sj;
+            for (int64_t r = 0; r < rn; ++r)
+              if (!mcol[r * mk.si]) sj[r] = ninf;
           }
-          const A mnew = std::max(m[ri], row_max(srow, cp));
-          if (mnew == ninf) {  // no allowed key so far: this block adds nothing
-            std::fill(srow, srow + cp, A(0));
-            continue;
-          }
-          A sum = 0;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t j = 0; j < cp; ++j) {
-            A p = vexp(srow[j] - mnew);
-            srow[j] = p;
-            sum += p;
-          }
-          if (m[ri] != ninf) {  // rescale the old sum and output to the new max (both are 0 before any key)
-            const A alpha = vexp(m[ri] - mnew);
-            l[ri] *= alpha;
-            if (alpha != A(1)) {
-              A* orow = O + ri * Dvp;
 #pragma omp simd
-              for (int64_t c = 0; c < Dvp; ++c) orow[c] *= alpha;
-            }
-          }
-          l[ri] += sum;
-          m[ri] = mnew;
+          for (int64_t r = 0; r < kRows; ++r) tmax[r] = sj[r] > tmax[r] ? sj[r] : tmax[r];
         }
-        gemm<A, true>(rn, Dvp, cp, S, kBk, 1, Vb, Dvp, O + r0 * Dvp, Dvp);
+        A *mt = m + r0, *lt = l + r0;
+#pragma omp simd
+        for (int64_t r = 0; r < kRows; ++r) {
+          const A mnew = mt[r] > tmax[r] ? mt[r] : tmax[r];
+          shift[r] = mnew == ninf ? A(0) : mnew;  // a row with no allowed key yet: every p is exp(-inf) = 0
+          alpha[r] = vexp(mt[r] - shift[r]);      // rescales the old sum and output; 0 before the first key
+          mt[r] = mnew;
+        }
+        for (int64_t j = 0; j < cols; ++j) {
+          A* sj = St + j * kRows;
+#pragma omp simd
+          for (int64_t r = 0; r < kRows; ++r) {
+            const A p = vexp(sj[r] - shift[r]);
+            sj[r] = p;
+            sum[r] += p;
+          }
+        }
+        for (int64_t r = 0; r < rn; ++r) {
+          lt[r] = lt[r] * alpha[r] + sum[r];
+          if (alpha[r] != A(1)) {
+            A* orow = O + (r0 + r) * Dvp;
+#pragma omp simd
+            for (int64_t c = 0; c < Dvp; ++c) orow[c] *= alpha[r];
+          }
+        }
+        // O[r] += sum_j P[r][j] V[j], with P stored transposed in St.
+        gemm<A, true>(rn, Dvp, cols, St, 1, kRows, Vb, Dvp, O + r0 * Dvp, Dvp);
       }
     }
     A* oh = out + (bh * Tq + i0) * Dv;
