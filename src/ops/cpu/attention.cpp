@@ -12,7 +12,7 @@
 // over the rows). Under `causal` each tile of kRows query rows computes only
 // the keys its last row may see, so the work is close to the triangle. The
 // backward runs one task per (b, h): for each key block it accumulates dK and
-// dV in registers-sized buffers while sweeping the query rows that see it,
+// dV in [kBk, D] buffers while sweeping the query rows that see it,
 // and adds into a per-head dQ accumulator (no atomics: the head is the task).
 // Scratch lives in one kiln tensor per call (counted by memory_stats), sized
 // O(kBq * D) per worker in the forward and O((Tq + Tk) * D) in the backward.
