@@ -48,6 +48,10 @@ template <> struct Vec<double> {
   static constexpr int W = 8;
 };
 
+// Key blocks and row tiles are whole vectors in both dtypes.
+static_assert(kBk % Vec<float>::W == 0 && kBk % Vec<double>::W == 0);
+static_assert(kRows % Vec<float>::W == 0 && kRows % Vec<double>::W == 0 && kBq % kRows == 0);
+
 template <class A>
 constexpr int64_t round_up(int64_t n) {
   constexpr int64_t W = Vec<A>::W;
@@ -91,7 +95,8 @@ inline void gemm_cols(int64_t M, int64_t K, const A* a, int64_t sam, int64_t sak
 
 // C [M, N] (+)= A [M, K] (element (m, k) at a[m*sam + k*sak]) @ B [K, N]
 // (row-major, leading dim ldb); N a multiple of W. The block products of
-// attention are all this shape: N is a head dim or a key block, padded.
+// attention are all this shape: N is a padded head dim, a key block or a
+// tile of query rows.
 template <class A, bool Acc>
 void gemm(int64_t M, int64_t N, int64_t K, const A* a, int64_t sam, int64_t sak, const A* b, int64_t ldb, A* c,
           int64_t ldc) {
