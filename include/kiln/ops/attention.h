@@ -24,10 +24,10 @@ struct AttentionOptions {
   Tensor mask{};
   /// Query i sees key j only when j <= i + (Tk - Tq): the causal diagonal is
   /// aligned to the bottom-right, so the last query sees every key (KV-cache
-  /// decoding). For Tq == Tk this is j <= i, as PyTorch 2.x's is_causal;
-  /// for Tq != Tk PyTorch 2.x aligns to the top-left instead (j <= i; pass
-  /// an explicit mask for that). PyTorch 1.13 has no is_causal. Combined
-  /// with `mask` by logical and.
+  /// decoding), as PyTorch 2.x's `causal_lower_right`. For Tq == Tk this is
+  /// j <= i, as PyTorch 2.x's is_causal; for Tq != Tk is_causal aligns to the
+  /// top-left instead (j <= i, `causal_upper_left`; pass an explicit mask for
+  /// that). PyTorch 1.13 has no is_causal. Combined with `mask` by logical and.
   bool causal = false;
   /// Multiplies q k^T; default 1 / sqrt(Dh).
   std::optional<double> scale{};
