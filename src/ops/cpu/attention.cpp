@@ -344,9 +344,9 @@ void backward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, 
           }
         }
         // dV[j] += sum_r P[r][j] dO[r];  dK[j] += sum_r dS[r][j] Qp[r];  dQ[r] += sum_j dS[r][j] K[j].
-        gemm<A, true>(cp, Dvp, rn, S, 1, kBk, dOp + r0 * Dvp, Dvp, dVa, Dvp);
-        gemm<A, true>(cp, Dhp, rn, dP, 1, kBk, Qp + r0 * Dhp, Dhp, dKa, Dhp);
-        gemm<A, true>(rn, Dhp, cp, dP, kBk, 1, Kp + k0 * Dhp, Dhp, dQa + r0 * Dhp, Dhp);
+        gemm<A, true>(cols, Dvp, rn, S, 1, kBk, dOp + r0 * Dvp, Dvp, dVa, Dvp);
+        gemm<A, true>(cols, Dhp, rn, dP, 1, kBk, Qp + r0 * Dhp, Dhp, dKa, Dhp);
+        gemm<A, true>(rn, Dhp, cols, dP, kBk, 1, Kp + k0 * Dhp, Dhp, dQa + r0 * Dhp, Dhp);
       }
       A* dkh = dk + (bh * Tk + k0) * Dh;
       A* dvh = dv + (bh * Tk + k0) * Dv;
