@@ -148,11 +148,13 @@ MaskView mask_for(const AttentionShape& s, int64_t b, int64_t h) {
 // Runs task(t, worker_scratch) for t in [0, tasks) on the pool: one worker per
 // thread takes the next task from a shared counter, so uneven (causal) tasks
 // balance. Each task writes only its own rows, so results do not depend on the
-// schedule.
+// schedule. Below 2^19 multiply-adds in all (`work`) one thread runs
+// everything: a fork-join costs more than it saves there (as in matmul).
 template <class A, class F>
-void run_tasks(int64_t tasks, int64_t scratch_per_worker, DType dtype, F&& task) {
+void run_tasks(int64_t tasks, double work, int64_t scratch_per_worker, DType dtype, F&& task) {
   if (tasks <= 0) return;
-  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), tasks));
+  const int64_t threads = work < double(int64_t(1) << 19) ? 1 : get_num_threads();
+  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(threads, tasks));
   const int64_t per = (scratch_per_worker + 15) / 16 * 16;  // 64-byte aligned regions
   Tensor scratch = Tensor::empty({workers * per}, dtype);
   A* base = static_cast<A*>(scratch.data_ptr());
@@ -174,7 +176,8 @@ void forward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, A
   const A scale = A(s.scale), ninf = -std::numeric_limits<A>::infinity();
   // Scratch: Qt [Dh, kBq] (scaled q, transposed), O [kBq, Dvp], Vb [kBk, Dvp], St [kBk, kRows], m, l [kBq].
   const int64_t scratch = Dh * kBq + kBq * Dvp + kBk * Dvp + kBk * kRows + 2 * kBq;
-  run_tasks<A>(s.B * s.H * nqb, scratch, dtype_v<A>, [&](int64_t t, A* ws) {
+  const double work = double(s.B * s.H) * double(Tq) * double(Tk) * double(Dh + Dv);  // S and P V
+  run_tasks<A>(s.B * s.H * nqb, work, scratch, dtype_v<A>, [&](int64_t t, A* ws) {
     A *Qt = ws, *O = Qt + Dh * kBq, *Vb = O + kBq * Dvp, *St = Vb + kBk * Dvp, *m = St + kBk * kRows;
     A* l = m + kBq;
     const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb;  // longest (causal) blocks first
@@ -281,7 +284,8 @@ void backward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, 
   // Kt [Dh, kBk], Vt [Dv, kBk], S and dP [kRows, kBk], dKa [kBk, Dhp], dVa [kBk, Dvp].
   const int64_t scratch = Tq * Dhp + Tq * Dvp + Tkp * Dhp + Tq * Dhp + Tq + Dh * kBk + Dv * kBk + 2 * kRows * kBk +
                           kBk * Dhp + kBk * Dvp;
-  run_tasks<A>(s.B * s.H, scratch, dtype_v<A>, [&](int64_t bh, A* ws) {
+  const double work = double(s.B * s.H) * double(Tq) * double(Tk) * double(3 * Dh + 2 * Dv);  // S, dP, dV, dK, dQ
+  run_tasks<A>(s.B * s.H, work, scratch, dtype_v<A>, [&](int64_t bh, A* ws) {
     A *Qp = ws, *dOp = Qp + Tq * Dhp, *Kp = dOp + Tq * Dvp, *dQa = Kp + Tkp * Dhp, *Di = dQa + Tq * Dhp;
     A *Kt = Di + Tq, *Vt = Kt + Dh * kBk, *S = Vt + Dv * kBk, *dP = S + kRows * kBk, *dKa = dP + kRows * kBk;
     A* dVa = dKa + kBk * Dhp;
