@@ -102,6 +102,7 @@ std::vector<Bench> all_benches() {
   core_benches(out);
   conv_benches(out);
   norm_benches(out);
+  attention_benches(out);
   return out;
 }
 

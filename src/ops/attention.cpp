@@ -1,0 +1,202 @@
+// scaled_dot_product_attention: argument checks, the policy, the standard
+// path composed of kiln ops, the flash path (cpu::flash_attention_* with a
+// fused vjp), and the causal / padding mask helpers.
+// Letter legend: B batch, H heads, Tq queries, Tk keys, Dh q/k dim, Dv v dim.
+#include "kiln/ops/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kiln/ops/binary.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/record.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
+#include "src/ops/cpu/attention.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+
+// The checked problem: sizes, scale and the masks as given.
+struct Problem {
+  int64_t B = 0, H = 0, Tq = 0, Tk = 0, Dh = 0, Dv = 0;
+  double scale = 1.0;
+  bool causal = false;
+  Tensor mask;  // as given (bool, broadcastable to [B, H, Tq, Tk]) or undefined
+};
+
+Problem check(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  KILN_CHECK(q.defined(), kOp, "q is an undefined tensor");
+  KILN_CHECK(k.defined(), kOp, "k is an undefined tensor");
+  KILN_CHECK(v.defined(), kOp, "v is an undefined tensor");
+  KILN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, kOp,
+             "q, k and v must be 4-D [B, H, T, D], got q {}, k {} and v {}", to_string(q.shape()),
+             to_string(k.shape()), to_string(v.shape()));
+  KILN_CHECK(is_floating(q.dtype()) && q.dtype() == k.dtype() && q.dtype() == v.dtype(), kOp,
+             "q, k and v must share one floating dtype (f32, f64 or bf16), got q {} {}, k {} {} and v {} {}",
+             to_string(q.shape()), name(q.dtype()), to_string(k.shape()), name(k.dtype()), to_string(v.shape()),
+             name(v.dtype()));
+  Problem p;
+  p.B = q.size(0);
+  p.H = q.size(1);
+  p.Tq = q.size(2);
+  p.Dh = q.size(3);
+  p.Tk = k.size(2);
+  p.Dv = v.size(3);
+  KILN_CHECK(k.size(0) == p.B && v.size(0) == p.B && k.size(1) == p.H && v.size(1) == p.H, kOp,
+             "batch and head dims [B, H] must match: q {}, k {} and v {}", to_string(q.shape()),
+             to_string(k.shape()), to_string(v.shape()));
+  KILN_CHECK(k.size(3) == p.Dh, kOp, "q {} and k {} differ in head dim (Dh {} vs {})", to_string(q.shape()),
+             to_string(k.shape()), p.Dh, k.size(3));
+  KILN_CHECK(v.size(2) == p.Tk, kOp, "k {} and v {} differ in key count (Tk {} vs {})", to_string(k.shape()),
+             to_string(v.shape()), p.Tk, v.size(2));
+  KILN_CHECK(p.Dh > 0 || o.scale.has_value(), kOp, "q {} has head dim 0: the default scale 1/sqrt(Dh) is undefined",
+             to_string(q.shape()));
+  p.scale = o.scale.value_or(p.Dh > 0 ? 1.0 / std::sqrt(double(p.Dh)) : 1.0);
+  KILN_CHECK(std::isfinite(p.scale), kOp, "scale must be finite, got {}", p.scale);
+  p.causal = o.causal;
+  if (o.mask.defined()) {
+    const Tensor& m = o.mask;
+    KILN_CHECK(m.dtype() == kBool, kOp, "mask must be bool (true = allowed), got {} {}", to_string(m.shape()),
+               name(m.dtype()));
+    const Shape full{p.B, p.H, p.Tq, p.Tk};
+    bool ok = m.dim() <= 4;
+    for (int64_t i = 0; ok && i < m.dim(); ++i) {
+      int64_t have = m.size(m.dim() - 1 - i), want = full[size_t(3 - i)];
+      ok = have == want || have == 1;
+    }
+    KILN_CHECK(ok, kOp, "mask {} does not broadcast to [B, H, Tq, Tk] = {}", to_string(m.shape()),
+               to_string(full));
+    p.mask = m;
+  }
+  KILN_CHECK(!(o.need_weights && o.policy == AttentionBackend::Flash), kOp,
+             "the flash path does not materialise the weights; use policy Standard (or Auto) with need_weights");
+  return p;
+}
+
+// mask and the causal rule combined (bool, broadcastable), or undefined when
+// every key is allowed.
+Tensor allowed_mask(const Problem& p) {
+  if (!p.causal) return p.mask;
+  Tensor c = causal_mask(p.Tq, p.Tk);
+  return p.mask.defined() ? logical_and(p.mask, c) : c;
+}
+
+// softmax(q k^T * scale) over the allowed keys [B, H, Tq, Tk], with rows that
+// allow no key set to 0. Those rows are given all keys before the softmax, so
+// softmax and its vjp stay finite, then zeroed by masked_fill, whose vjp
+// passes them a zero gradient.
+Tensor standard_weights(const Tensor& q, const Tensor& k, const Tensor& allowed, double scale) {
+  Tensor scores = mul(matmul(q, transpose(k, -2, -1)), scale);
+  if (!allowed.defined()) return softmax(scores, -1);
+  Tensor some = any(allowed, -1, /*keepdim=*/true);  // [..., Tq, 1]: the row allows a key
+  scores = masked_fill(scores, logical_and(logical_not(allowed), some), -std::numeric_limits<double>::infinity());
+  Tensor w = softmax(scores, -1);
+  Tensor dead = logical_not(some);
+  if (any(dead).item<bool>()) w = masked_fill(w, dead, 0);
+  return w;
+}
+
+AttentionResult standard(const Tensor& q, const Tensor& k, const Tensor& v, const Problem& p, bool need_weights) {
+  Tensor w = standard_weights(q, k, allowed_mask(p), p.scale);
+  Tensor out = matmul(w, v);
+  return {out, need_weights ? w : Tensor()};
+}
+
+// The standard path's gradient written with kiln ops (for create_graph through
+// the flash path): P the weights, dV = P^T g, dP = g V^T,
+// dS = P * (dP - rowsum(dP * P)), dQ = scale dS K, dK = scale dS^T Q.
+Grads composed_grads(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Problem& p) {
+  Tensor P = standard_weights(q, k, allowed_mask(p), p.scale);
+  Tensor dP = matmul(g, transpose(v, -2, -1));
+  Tensor dS = mul(P, sub(dP, sum(mul(dP, P), {-1}, /*keepdim=*/true)));
+  return {mul(matmul(dS, k), p.scale), mul(matmul(transpose(dS, -2, -1), q), p.scale),
+          matmul(transpose(P, -2, -1), g)};
+}
+
+cpu::AttentionShape kernel_shape(const Problem& p) {
+  cpu::AttentionShape s;
+  s.B = p.B;
+  s.H = p.H;
+  s.Tq = p.Tq;
+  s.Tk = p.Tk;
+  s.Dh = p.Dh;
+  s.Dv = p.Dv;
+  s.scale = p.scale;
+  s.causal = p.causal;
+  if (p.mask.defined()) {
+    NoGradGuard no_grad;
+    s.mask = expand(p.mask, {p.B, p.H, p.Tq, p.Tk});  // stride 0 along broadcast dims, no copy
+  }
+  return s;
+}
+
+Tensor contiguous_untracked(const Tensor& t) {
+  NoGradGuard no_grad;
+  return contiguous(t);
+}
+
+AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const Problem& p) {
+  const cpu::AttentionShape s = kernel_shape(p);
+  Tensor out = Tensor::empty({p.B, p.H, p.Tq, p.Dv}, q.dtype());
+  Tensor lse = Tensor::empty({p.B, p.H, p.Tq}, q.dtype());  // +inf marks a fully masked row
+  cpu::flash_attention_forward(s, contiguous_untracked(q), contiguous_untracked(k), contiguous_untracked(v), out,
+                               lse);
+  if (needs_grad(q, k, v)) {
+    // Saves q, k, v as given (double backward needs them in the graph), out and lse.
+    record(kOp, {q, k, v}, {out}, {q, k, v, out, lse}, [s, p](const VjpArgs& a) -> Grads {
+      const Tensor &q = a.saved[0], &k = a.saved[1], &v = a.saved[2];
+      // create_graph: the fused backward is not differentiable; recompute the
+      // standard path's gradient with kiln ops so it can be differentiated again.
+      if (GradMode::is_enabled()) return composed_grads(q, k, v, a.grad(), p);
+      Tensor dq = Tensor::empty(q.shape(), q.dtype()), dk = Tensor::empty(k.shape(), k.dtype()),
+             dv = Tensor::empty(v.shape(), v.dtype());
+      cpu::flash_attention_backward(s, contiguous(q), contiguous(k), contiguous(v), a.saved[3], a.grad(),
+                                    a.saved[4], dq, dk, dv);
+      return {a.needs(0) ? dq : Tensor(), a.needs(1) ? dk : Tensor(), a.needs(2) ? dv : Tensor()};
+    });
+  }
+  return {out, Tensor()};
+}
+
+}  // namespace
+
+AttentionResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const AttentionOptions& options) {
+  const Problem p = check(q, k, v, options);
+  if (q.dtype() == kBF16) {  // compute in f32; `to` carries the gradients back to bf16
+    AttentionResult r = scaled_dot_product_attention(to(q, kF32), to(k, kF32), to(v, kF32), options);
+    return {to(r.out, kBF16), r.weights.defined() ? to(r.weights, kBF16) : Tensor()};
+  }
+  const bool use_flash = options.policy == AttentionBackend::Flash ||
+                         (options.policy == AttentionBackend::Auto && !options.need_weights);
+  return use_flash ? flash(q, k, v, p) : standard(q, k, v, p, options.need_weights);
+}
+
+Tensor causal_mask(int64_t T) {
+  KILN_CHECK(T >= 0, "causal_mask", "size must be >= 0, got {}", T);
+  return causal_mask(T, T);
+}
+
+Tensor causal_mask(int64_t Tq, int64_t Tk) {
+  KILN_CHECK(Tq >= 0 && Tk >= 0, "causal_mask", "sizes must be >= 0, got Tq {} and Tk {}", Tq, Tk);
+  Tensor m = Tensor::empty({1, 1, Tq, Tk}, kBool);
+  bool* d = m.data<bool>();
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t j = 0; j < Tk; ++j) d[i * Tk + j] = j <= i + (Tk - Tq);
+  return m;
+}
+
+Tensor padding_mask(const Tensor& valid) {
+  KILN_CHECK(valid.defined(), "padding_mask", "valid is an undefined tensor");
+  KILN_CHECK(valid.dtype() == kBool && valid.dim() == 2, "padding_mask",
+             "valid must be a bool [B, T] tensor (true = a real token), got {} {}", to_string(valid.shape()),
+             name(valid.dtype()));
+  return reshape(valid, {valid.size(0), 1, 1, valid.size(1)});
+}
+
+}  // namespace kiln

@@ -1,0 +1,499 @@
+// CPU flash attention: tiled forward with online softmax, tiled backward that
+// recomputes the probabilities from the saved row logsumexp, small register-
+// tiled GEMM micro-kernels for the block products, and the plain reference.
+// Letter legend: B batch, H heads, Tq queries, Tk keys, Dh query/key dim, Dv
+// value dim; W vector lanes (16 f32 or 8 f64 in 64 bytes).
+//
+// NOTE [Flash attention tiling]: the forward runs one task per (b, h, block
+// of kBq queries); it streams over blocks of kBk keys, keeping per query row
+// the running max m, running sum l and the unnormalised output (kBq x Dv), so
+// no [Tq, Tk] matrix exists, only a score tile of kBk keys x kRows query rows
+// (stored transposed: K is read in place and each softmax step is a vector
+// over the rows). Under `causal` each tile of kRows query rows computes only
+// the keys its last row may see, so the work is close to the triangle. The
+// backward runs one task per (b, h): for each key block it accumulates dK and
+// dV in [kBk, D] buffers while sweeping the query rows that see it,
+// and adds into a per-head dQ accumulator (no atomics: the head is the task).
+// Scratch lives in one kiln tensor per call (counted by memory_stats), sized
+// O(kBq * D) per worker in the forward and O((Tq + Tk) * D) in the backward.
+#include "src/ops/cpu/attention.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kiln/core/parallel.h"
+#include "src/ops/cpu/vec_math.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+constexpr int64_t kBq = 64;    // query rows per forward task
+constexpr int64_t kBk = 64;    // keys per block
+constexpr int64_t kRows = 16;  // query rows per score tile
+
+// 64-byte vectors of A (GCC/Clang vector extensions: plain + and * compile to
+// one zmm instruction with AVX-512, to several narrower ones without).
+template <class A> struct Vec;
+template <> struct Vec<float> {
+  typedef float type __attribute__((vector_size(64)));
+  static constexpr int W = 16;
+};
+template <> struct Vec<double> {
+  typedef double type __attribute__((vector_size(64)));
+  static constexpr int W = 8;
+};
+
+// Key blocks and row tiles are whole vectors in both dtypes.
+static_assert(kBk % Vec<float>::W == 0 && kBk % Vec<double>::W == 0);
+static_assert(kRows % Vec<float>::W == 0 && kRows % Vec<double>::W == 0 && kBq % kRows == 0);
+
+template <class A>
+constexpr int64_t round_up(int64_t n) {
+  constexpr int64_t W = Vec<A>::W;
+  return (n + W - 1) / W * W;
+}
+
+// C[m][n] = (Acc ? C[m][n] : 0) + sum_k a[m*sam + k*sak] * b[k*ldb + n] for
+// m < RM, n < NV * W: RM x NV accumulators stay in registers while k runs.
+template <class A, int RM, int NV, bool Acc>
+inline void gemm_tile(int64_t K, const A* a, int64_t sam, int64_t sak, const A* b, int64_t ldb, A* c,
+                      int64_t ldc) {
+  using V = typename Vec<A>::type;
+  constexpr int W = Vec<A>::W;
+  V acc[RM][NV];
+  for (int r = 0; r < RM; ++r)
+    for (int v = 0; v < NV; ++v) {
+      if constexpr (Acc) std::memcpy(&acc[r][v], c + r * ldc + v * W, sizeof(V));
+      else acc[r][v] = V{};
+    }
+  for (int64_t k = 0; k < K; ++k) {
+    V bv[NV];
+    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], b + k * ldb + v * W, sizeof(V));
+    for (int r = 0; r < RM; ++r) {
+      const A s = a[r * sam + k * sak];
+      for (int v = 0; v < NV; ++v) acc[r][v] += s * bv[v];
+    }
+  }
+  for (int r = 0; r < RM; ++r)
+    for (int v = 0; v < NV; ++v) std::memcpy(c + r * ldc + v * W, &acc[r][v], sizeof(V));
+}
+
+// The columns [n, n + NV*W) of C [M, N] for every row, RM rows at a time.
+template <class A, int NV, bool Acc>
+inline void gemm_cols(int64_t M, int64_t K, const A* a, int64_t sam, int64_t sak, const A* b, int64_t ldb, A* c,
+                      int64_t ldc) {
+  constexpr int RM = NV <= 2 ? 8 : 4;  // <= 16 accumulators + NV loads in 32 zmm registers
+  int64_t m = 0;
+  for (; m + RM <= M; m += RM) gemm_tile<A, RM, NV, Acc>(K, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
+  for (; m < M; ++m) gemm_tile<A, 1, NV, Acc>(K, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
+}
+
+// C [M, N] (+)= A [M, K] (element (m, k) at a[m*sam + k*sak]) @ B [K, N]
+// (row-major, leading dim ldb); N a multiple of W. The block products of
+// attention are all this shape: N is a padded head dim, a key block or a
+// tile of query rows.
+template <class A, bool Acc>
+void gemm(int64_t M, int64_t N, int64_t K, const A* a, int64_t sam, int64_t sak, const A* b, int64_t ldb, A* c,
+          int64_t ldc) {
+  constexpr int64_t W = Vec<A>::W;
+  int64_t n = 0;
+  for (; n + 4 * W <= N; n += 4 * W) gemm_cols<A, 4, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
+  switch ((N - n) / W) {
+    case 3: gemm_cols<A, 3, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc); break;
+    case 2: gemm_cols<A, 2, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc); break;
+    case 1: gemm_cols<A, 1, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc); break;
+    default: break;
+  }
+}
+
+// Rows [r, r + n) of a [rows, d] head copied into a [n, dp] buffer (zero padded
+// columns), times `mul`.
+template <class A>
+void pack_rows(const A* src, int64_t d, int64_t n, int64_t dp, A mul, A* dst) {
+  for (int64_t r = 0; r < n; ++r) {
+    const A* s = src + r * d;
+    A* o = dst + r * dp;
+    for (int64_t c = 0; c < d; ++c) o[c] = s[c] * mul;
+    for (int64_t c = d; c < dp; ++c) o[c] = A(0);
+  }
+}
+
+// Keys [0, n) of a [n, d] block transposed into [d, ld] (columns n..np zero).
+template <class A>
+void pack_transposed(const A* src, int64_t d, int64_t n, int64_t np, int64_t ld, A* dst) {
+  for (int64_t c = 0; c < d; ++c) {
+    A* o = dst + c * ld;
+    for (int64_t j = 0; j < n; ++j) o[j] = src[j * d + c];
+    for (int64_t j = n; j < np; ++j) o[j] = A(0);
+  }
+}
+
+// The mask of one (b, h): element (i, j) at base[i * si + j * sj].
+struct MaskView {
+  const bool* base = nullptr;
+  int64_t si = 0, sj = 0;
+};
+
+MaskView mask_for(const AttentionShape& s, int64_t b, int64_t h) {
+  if (!s.mask.defined()) return {};
+  const Strides& st = s.mask.strides();
+  return {static_cast<const bool*>(s.mask.data_ptr()) + b * st[0] + h * st[1], st[2], st[3]};
+}
+
+// Runs task(t, worker_scratch) for t in [0, tasks) on the pool: one worker per
+// thread takes the next task from a shared counter, so uneven (causal) tasks
+// balance. Each task writes only its own rows, so results do not depend on the
+// schedule. Below 2^19 multiply-adds in all (`work`) one thread runs
+// everything: a fork-join costs more than it saves there (as in matmul).
+template <class A, class F>
+void run_tasks(int64_t tasks, double work, int64_t scratch_per_worker, DType dtype, F&& task) {
+  if (tasks <= 0) return;
+  const int64_t threads = work < double(int64_t(1) << 19) ? 1 : get_num_threads();
+  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(threads, tasks));
+  const int64_t per = (scratch_per_worker + 15) / 16 * 16;  // 64-byte aligned regions
+  Tensor scratch = Tensor::empty({workers * per}, dtype);
+  A* base = static_cast<A*>(scratch.data_ptr());
+  std::atomic<int64_t> next{0};
+  parallel_for(0, workers, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t w = lo; w < hi; ++w)
+      for (int64_t t = next.fetch_add(1); t < tasks; t = next.fetch_add(1)) task(t, base + w * per);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Forward (NOTE [Flash attention tiling]).
+// ---------------------------------------------------------------------------
+template <class A>
+void forward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, A* out, A* lse) {
+  const int64_t Tq = s.Tq, Tk = s.Tk, Dh = s.Dh, Dv = s.Dv, off = Tk - Tq;
+  const int64_t Dvp = round_up<A>(Dv);
+  const int64_t nqb = (Tq + kBq - 1) / kBq;
+  const A scale = A(s.scale), ninf = -std::numeric_limits<A>::infinity();
+  // Scratch: Qt [Dh, kBq] (scaled q, transposed), O [kBq, Dvp], Vb [kBk, Dvp], St [kBk, kRows], m, l [kBq].
+  const int64_t scratch = Dh * kBq + kBq * Dvp + kBk * Dvp + kBk * kRows + 2 * kBq;
+  const double work = double(s.B * s.H) * double(Tq) * double(Tk) * double(Dh + Dv);  // S and P V
+  run_tasks<A>(s.B * s.H * nqb, work, scratch, dtype_v<A>, [&](int64_t t, A* ws) {
+    A *Qt = ws, *O = Qt + Dh * kBq, *Vb = O + kBq * Dvp, *St = Vb + kBk * Dvp, *m = St + kBk * kRows;
+    A* l = m + kBq;
+    const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb;  // longest (causal) blocks first
+    const int64_t i0 = qb * kBq, nr = std::min(kBq, Tq - i0);
+    const A* qh = q + (bh * Tq + i0) * Dh;
+    const A* kh = k + bh * Tk * Dh;
+    const A* vh = v + bh * Tk * Dv;
+    const MaskView mk = mask_for(s, bh / s.H, bh % s.H);
+
+    // Scores are computed transposed, St [keys, kRows query rows] = K Qt, so
+    // K is read in place and every softmax step is a vector over query rows.
+    std::fill(Qt, Qt + Dh * kBq, A(0));
+    for (int64_t r = 0; r < nr; ++r)
+      for (int64_t d = 0; d < Dh; ++d) Qt[d * kBq + r] = qh[r * Dh + d] * scale;
+    std::fill(O, O + kBq * Dvp, A(0));
+    std::fill(m, m + kBq, ninf);
+    std::fill(l, l + kBq, A(0));
+    const int64_t kend = s.causal ? std::clamp<int64_t>(i0 + nr + off, 0, Tk) : Tk;
+    for (int64_t k0 = 0; k0 < kend; k0 += kBk) {
+      const int64_t kn = std::min(kBk, kend - k0);
+      pack_rows(vh + k0 * Dv, Dv, kn, Dvp, A(1), Vb);
+      for (int64_t r0 = 0; r0 < nr; r0 += kRows) {
+        const int64_t rn = std::min(kRows, nr - r0);
+        // Keys this tile's last row may see.
+        const int64_t cols = s.causal ? std::min(kn, i0 + r0 + rn + off - k0) : kn;
+        if (cols <= 0) continue;
+        gemm<A, false>(cols, kRows, Dh, kh + k0 * Dh, Dh, 1, Qt + r0, kBq, St, kRows);
+        A tmax[kRows], shift[kRows], alpha[kRows], sum[kRows];
+        std::fill(tmax, tmax + kRows, ninf);
+        std::fill(sum, sum + kRows, A(0));
+        // Causal: key k0 + j is allowed for tile row r iff j + first <= r.
+        const int64_t first = k0 - off - i0 - r0;
+        for (int64_t j = 0; j < cols; ++j) {
+          A* sj = St + j * kRows;
+          if (s.causal)  // rows r < j + first may not see this key (only near the diagonal)
+            std::fill(sj, sj + std::clamp<int64_t>(j + first, 0, kRows), ninf);
+          if (mk.base) {
+            const bool* mcol = mk.base + (i0 + r0) * mk.si + (k0 + j) * mk.sj;
+            for (int64_t r = 0; r < rn; ++r)
+              if (!mcol[r * mk.si]) sj[r] = ninf;
+          }
+#pragma omp simd
+          for (int64_t r = 0; r < kRows; ++r) tmax[r] = sj[r] > tmax[r] ? sj[r] : tmax[r];
+        }
+        A *mt = m + r0, *lt = l + r0;
+#pragma omp simd
+        for (int64_t r = 0; r < kRows; ++r) {
+          const A mnew = mt[r] > tmax[r] ? mt[r] : tmax[r];
+          shift[r] = mnew == ninf ? A(0) : mnew;  // a row with no allowed key yet: every p is exp(-inf) = 0
+          alpha[r] = vexp(mt[r] - shift[r]);      // rescales the old sum and output; 0 before the first key
+          mt[r] = mnew;
+        }
+        for (int64_t j = 0; j < cols; ++j) {
+          A* sj = St + j * kRows;
+#pragma omp simd
+          for (int64_t r = 0; r < kRows; ++r) {
+            const A p = vexp(sj[r] - shift[r]);
+            sj[r] = p;
+            sum[r] += p;
+          }
+        }
+        for (int64_t r = 0; r < rn; ++r) {
+          lt[r] = lt[r] * alpha[r] + sum[r];
+          if (alpha[r] != A(1)) {
+            A* orow = O + (r0 + r) * Dvp;
+#pragma omp simd
+            for (int64_t c = 0; c < Dvp; ++c) orow[c] *= alpha[r];
+          }
+        }
+        // O[r] += sum_j P[r][j] V[j], with P stored transposed in St.
+        gemm<A, true>(rn, Dvp, cols, St, 1, kRows, Vb, Dvp, O + r0 * Dvp, Dvp);
+      }
+    }
+    A* oh = out + (bh * Tq + i0) * Dv;
+    A* lh = lse + bh * Tq + i0;
+    for (int64_t r = 0; r < nr; ++r) {
+      if (l[r] > A(0)) {
+        const A inv = A(1) / l[r];
+        for (int64_t c = 0; c < Dv; ++c) oh[r * Dv + c] = O[r * Dvp + c] * inv;
+        lh[r] = m[r] + std::log(l[r]);
+      } else {  // fully masked row: zero output, and exp(s - lse) = 0 in backward
+        std::fill(oh + r * Dv, oh + (r + 1) * Dv, A(0));
+        lh[r] = std::numeric_limits<A>::infinity();
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Backward: with S = scale q k^T (masked), P = exp(S - lse), Di = rowsum(dO * O):
+//   dV = P^T dO, dP = dO V^T, dS = P * (dP - Di), dQ = scale dS K, dK = scale dS^T Q.
+// ---------------------------------------------------------------------------
+template <class A>
+void backward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, const A* out, const Tensor& dout,
+                   const A* lse, A* dq, A* dk, A* dv) {
+  // dout may be strided (sum's gradient is an expanded scalar): read in place.
+  const A* gp = dout.data<A>();
+  const Strides& gs = dout.strides();
+  const int64_t Tq = s.Tq, Tk = s.Tk, Dh = s.Dh, Dv = s.Dv, off = Tk - Tq;
+  const int64_t Dhp = round_up<A>(Dh), Dvp = round_up<A>(Dv);
+  const int64_t Tkp = (Tk + kBk - 1) / kBk * kBk;
+  const A scale = A(s.scale);
+  // Scratch: Qp [Tq, Dhp] (scaled q), dOp [Tq, Dvp], Kp [Tkp, Dhp], dQa [Tq, Dhp], Di [Tq],
+  // Kt [Dh, kBk], Vt [Dv, kBk], S and dP [kRows, kBk], dKa [kBk, Dhp], dVa [kBk, Dvp].
+  const int64_t scratch = Tq * Dhp + Tq * Dvp + Tkp * Dhp + Tq * Dhp + Tq + Dh * kBk + Dv * kBk + 2 * kRows * kBk +
+                          kBk * Dhp + kBk * Dvp;
+  const double work = double(s.B * s.H) * double(Tq) * double(Tk) * double(3 * Dh + 2 * Dv);  // S, dP, dV, dK, dQ
+  run_tasks<A>(s.B * s.H, work, scratch, dtype_v<A>, [&](int64_t bh, A* ws) {
+    A *Qp = ws, *dOp = Qp + Tq * Dhp, *Kp = dOp + Tq * Dvp, *dQa = Kp + Tkp * Dhp, *Di = dQa + Tq * Dhp;
+    A *Kt = Di + Tq, *Vt = Kt + Dh * kBk, *S = Vt + Dv * kBk, *dP = S + kRows * kBk, *dKa = dP + kRows * kBk;
+    A* dVa = dKa + kBk * Dhp;
+    const A* qh = q + bh * Tq * Dh;
+    const A* kh = k + bh * Tk * Dh;
+    const A* vh = v + bh * Tk * Dv;
+    const A* oh = out + bh * Tq * Dv;
+    const A* gh = gp + (bh / s.H) * gs[0] + (bh % s.H) * gs[1];
+    const A* L = lse + bh * Tq;
+    const MaskView mk = mask_for(s, bh / s.H, bh % s.H);
+
+    pack_rows(qh, Dh, Tq, Dhp, scale, Qp);  // dK = dS^T (scale q) needs no extra scaling
+    for (int64_t i = 0; i < Tq; ++i) {
+      A* o = dOp + i * Dvp;
+      for (int64_t c = 0; c < Dv; ++c) o[c] = gh[i * gs[2] + c * gs[3]];
+      for (int64_t c = Dv; c < Dvp; ++c) o[c] = A(0);
+    }
+    pack_rows(kh, Dh, Tk, Dhp, A(1), Kp);
+    std::fill(Kp + Tk * Dhp, Kp + Tkp * Dhp, A(0));
+    std::fill(dQa, dQa + Tq * Dhp, A(0));
+    for (int64_t i = 0; i < Tq; ++i) {
+      A d = 0;
+#pragma omp simd reduction(+ : d)
+      for (int64_t c = 0; c < Dv; ++c) d += dOp[i * Dvp + c] * oh[i * Dv + c];
+      Di[i] = d;
+    }
+
+    for (int64_t k0 = 0; k0 < Tk; k0 += kBk) {
+      const int64_t kn = std::min(kBk, Tk - k0), knp = round_up<A>(kn);
+      pack_transposed(kh + k0 * Dh, Dh, kn, knp, kBk, Kt);
+      pack_transposed(vh + k0 * Dv, Dv, kn, knp, kBk, Vt);
+      std::fill(dKa, dKa + knp * Dhp, A(0));
+      std::fill(dVa, dVa + knp * Dvp, A(0));
+      // Causal: query i sees key k0 only when i + off >= k0.
+      const int64_t rstart = s.causal ? std::clamp<int64_t>(k0 - off, 0, Tq) : 0;
+      for (int64_t r0 = rstart; r0 < Tq; r0 += kRows) {
+        const int64_t rn = std::min(kRows, Tq - r0);
+        const int64_t cols = s.causal ? std::min(kn, r0 + rn + off - k0) : kn;
+        if (cols <= 0) continue;
+        const int64_t cp = round_up<A>(cols);
+        gemm<A, false>(rn, cp, Dh, Qp + r0 * Dhp, Dhp, 1, Kt, kBk, S, kBk);
+        gemm<A, false>(rn, cp, Dv, dOp + r0 * Dvp, Dvp, 1, Vt, kBk, dP, kBk);
+        for (int64_t r = 0; r < rn; ++r) {
+          const int64_t i = r0 + r;
+          const int64_t lim = std::max<int64_t>(0, s.causal ? std::min(cols, i + off - k0 + 1) : cols);
+          A* srow = S + r * kBk;
+          A* prow = dP + r * kBk;
+          const A li = L[i], di = Di[i];
+#pragma omp simd
+          for (int64_t j = 0; j < lim; ++j) {
+            A p = vexp(srow[j] - li);  // li = +inf for a fully masked row: p = 0
+            srow[j] = p;
+            prow[j] = p * (prow[j] - di);
+          }
+          for (int64_t j = lim; j < cp; ++j) srow[j] = prow[j] = A(0);
+          if (mk.base) {
+            const bool* mrow = mk.base + i * mk.si + k0 * mk.sj;
+            for (int64_t j = 0; j < lim; ++j)
+              if (!mrow[j * mk.sj]) srow[j] = prow[j] = A(0);
+          }
+        }
+        // dV[j] += sum_r P[r][j] dO[r];  dK[j] += sum_r dS[r][j] Qp[r];  dQ[r] += sum_j dS[r][j] K[j].
+        gemm<A, true>(cols, Dvp, rn, S, 1, kBk, dOp + r0 * Dvp, Dvp, dVa, Dvp);
+        gemm<A, true>(cols, Dhp, rn, dP, 1, kBk, Qp + r0 * Dhp, Dhp, dKa, Dhp);
+        gemm<A, true>(rn, Dhp, cols, dP, kBk, 1, Kp + k0 * Dhp, Dhp, dQa + r0 * Dhp, Dhp);
+      }
+      A* dkh = dk + (bh * Tk + k0) * Dh;
+      A* dvh = dv + (bh * Tk + k0) * Dv;
+      for (int64_t j = 0; j < kn; ++j) {
+        std::memcpy(dkh + j * Dh, dKa + j * Dhp, size_t(Dh) * sizeof(A));
+        std::memcpy(dvh + j * Dv, dVa + j * Dvp, size_t(Dv) * sizeof(A));
+      }
+    }
+    A* dqh = dq + bh * Tq * Dh;
+    for (int64_t i = 0; i < Tq; ++i)
+      for (int64_t c = 0; c < Dh; ++c) dqh[i * Dh + c] = dQa[i * Dhp + c] * scale;
+  });
+}
+
+template <class F>
+void dispatch_float(const char* op, DType t, F&& f) {
+  if (t == kF32) f(float{});
+  else if (t == kF64) f(double{});
+  else KILN_FAIL(op, "kernel supports f32 and f64, got {}", name(t));
+}
+
+}  // namespace
+
+void flash_attention_forward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& lse) {
+  dispatch_float("flash_attention", q.dtype(), [&](auto tag) {
+    using A = decltype(tag);
+    forward_impl<A>(s, q.data<A>(), k.data<A>(), v.data<A>(), out.data<A>(), lse.data<A>());
+  });
+}
+
+void flash_attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& dout, const Tensor& lse, const Tensor& dq,
+                              const Tensor& dk, const Tensor& dv) {
+  dispatch_float("flash_attention_backward", q.dtype(), [&](auto tag) {
+    using A = decltype(tag);
+    backward_impl<A>(s, q.data<A>(), k.data<A>(), v.data<A>(), out.data<A>(), dout, lse.data<A>(), dq.data<A>(),
+                     dk.data<A>(), dv.data<A>());
+  });
+}
+
+namespace ref {
+
+namespace {
+
+// Whether key j is allowed for query i of head (b, h).
+bool allowed(const AttentionShape& s, int64_t b, int64_t h, int64_t i, int64_t j) {
+  if (s.causal && j > i + (s.Tk - s.Tq)) return false;
+  if (!s.mask.defined()) return true;
+  const Strides& st = s.mask.strides();
+  return static_cast<const bool*>(s.mask.data_ptr())[b * st[0] + h * st[1] + i * st[2] + j * st[3]];
+}
+
+// Scaled scores of query row i against every key (-inf where not allowed).
+template <class A>
+void score_row(const AttentionShape& s, const A* q, const A* k, int64_t b, int64_t h, int64_t i,
+               std::vector<double>& row) {
+  const int64_t bh = b * s.H + h;
+  row.assign(size_t(s.Tk), -INFINITY);
+  for (int64_t j = 0; j < s.Tk; ++j) {
+    if (!allowed(s, b, h, i, j)) continue;
+    double dot = 0;
+    for (int64_t c = 0; c < s.Dh; ++c) dot += double(q[(bh * s.Tq + i) * s.Dh + c]) * double(k[(bh * s.Tk + j) * s.Dh + c]);
+    row[size_t(j)] = dot * s.scale;
+  }
+}
+
+}  // namespace
+
+void flash_attention_forward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& lse) {
+  dispatch_float("flash_attention", q.dtype(), [&](auto tag) {
+    using A = decltype(tag);
+    const A *qp = q.data<A>(), *kp = k.data<A>(), *vp = v.data<A>();
+    A *op = out.data<A>(), *lp = lse.data<A>();
+    std::vector<double> row;
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.H; ++h)
+        for (int64_t i = 0; i < s.Tq; ++i) {
+          const int64_t bh = b * s.H + h;
+          score_row(s, qp, kp, b, h, i, row);
+          double m = -INFINITY;
+          for (double x : row) m = std::max(m, x);
+          A* orow = op + (bh * s.Tq + i) * s.Dv;
+          if (m == -INFINITY) {
+            std::fill(orow, orow + s.Dv, A(0));
+            lp[bh * s.Tq + i] = A(INFINITY);
+            continue;
+          }
+          double l = 0;
+          for (double& x : row) l += (x = std::exp(x - m));
+          for (int64_t c = 0; c < s.Dv; ++c) {
+            double acc = 0;
+            for (int64_t j = 0; j < s.Tk; ++j) acc += row[size_t(j)] * double(vp[(bh * s.Tk + j) * s.Dv + c]);
+            orow[c] = A(acc / l);
+          }
+          lp[bh * s.Tq + i] = A(m + std::log(l));
+        }
+  });
+}
+
+void flash_attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& dout, const Tensor& lse, const Tensor& dq,
+                              const Tensor& dk, const Tensor& dv) {
+  dispatch_float("flash_attention_backward", q.dtype(), [&](auto tag) {
+    using A = decltype(tag);
+    const Tensor dc = dout.contiguous();
+    const A *qp = q.data<A>(), *kp = k.data<A>(), *vp = v.data<A>(), *op = out.data<A>(), *gp = dc.data<A>();
+    const A* lp = lse.data<A>();
+    std::vector<double> gq(size_t(dq.numel())), gk(size_t(dk.numel())), gv(size_t(dv.numel())), row;
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.H; ++h)
+        for (int64_t i = 0; i < s.Tq; ++i) {
+          const int64_t bh = b * s.H + h, qi = bh * s.Tq + i;
+          score_row(s, qp, kp, b, h, i, row);
+          double di = 0;
+          for (int64_t c = 0; c < s.Dv; ++c) di += double(gp[qi * s.Dv + c]) * double(op[qi * s.Dv + c]);
+          for (int64_t j = 0; j < s.Tk; ++j) {
+            const int64_t kj = bh * s.Tk + j;
+            const double p = std::exp(row[size_t(j)] - double(lp[qi]));
+            if (p == 0 || std::isnan(p)) continue;
+            double dp = 0;
+            for (int64_t c = 0; c < s.Dv; ++c) {
+              dp += double(gp[qi * s.Dv + c]) * double(vp[kj * s.Dv + c]);
+              gv[size_t(kj * s.Dv + c)] += p * double(gp[qi * s.Dv + c]);
+            }
+            const double ds = p * (dp - di) * s.scale;
+            for (int64_t c = 0; c < s.Dh; ++c) {
+              gq[size_t(qi * s.Dh + c)] += ds * double(kp[kj * s.Dh + c]);
+              gk[size_t(kj * s.Dh + c)] += ds * double(qp[qi * s.Dh + c]);
+            }
+          }
+        }
+    auto store = [](const std::vector<double>& g, const Tensor& t) {
+      A* p = t.data<A>();
+      for (size_t i = 0; i < g.size(); ++i) p[i] = A(g[i]);
+    };
+    store(gq, dq);
+    store(gk, dk);
+    store(gv, dv);
+  });
+}
+
+}  // namespace ref
+
+}  // namespace kiln::cpu
