@@ -5,19 +5,14 @@
 // anything oneDNN refuses) runs the plain loops in conv_ref.cpp.
 #include "src/ops/cpu/conv.h"
 
-#include <omp.h>
-
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <array>
 #include <cstdlib>
 #include <cstring>
-#include <list>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "kiln/core/parallel.h"
+#include "src/ops/cpu/dnnl_common.h"
 
 namespace kiln::cpu {
 
@@ -26,15 +21,8 @@ namespace {
 using md = dnnl::memory::desc;
 using tag = dnnl::memory::format_tag;
 
-dnnl::engine& engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  return eng;
-}
-
-dnnl::stream& stream() {
-  static dnnl::stream s(engine());
-  return s;
-}
+using dnnl_common::engine;
+using dnnl_common::stream;
 
 enum class Kind : int64_t { forward, backward_data, backward_weights };
 
@@ -44,11 +32,7 @@ struct Key {
 };
 
 struct KeyHash {
-  size_t operator()(const Key& k) const {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t x : k.v) h = (h ^ uint64_t(x)) * 1099511628211ull;
-    return size_t(h);
-  }
+  size_t operator()(const Key& k) const { return dnnl_common::hash_words(k.v.data(), k.v.size()); }
 };
 
 Key make_key(Kind kind, DType dt, bool bias, int threads, const ConvGeom& g) {
@@ -77,40 +61,9 @@ struct Entry {
   bool unusable = false;  // oneDNN rejected the geometry or offers only its reference code
 };
 
-class Cache {
- public:
-  static constexpr size_t kCapacity = 32;  // entries hold activation-sized buffers: keep it modest
-
-  Entry* find(const Key& k) {
-    auto it = map_.find(k);
-    if (it == map_.end()) {
-      ++stats_.misses;
-      return nullptr;
-    }
-    ++stats_.hits;
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return &it->second->second;
-  }
-  Entry* insert(const Key& k, Entry e) {
-    if (map_.size() >= kCapacity) {
-      map_.erase(lru_.back().first);
-      lru_.pop_back();
-    }
-    lru_.emplace_front(k, std::move(e));
-    map_[k] = lru_.begin();
-    return &lru_.front().second;
-  }
-  ConvCacheStats stats() const {
-    ConvCacheStats s = stats_;
-    s.size = int64_t(map_.size());
-    return s;
-  }
-  ConvCacheStats stats_;
-
- private:
-  std::list<std::pair<Key, Entry>> lru_;
-  std::unordered_map<Key, std::list<std::pair<Key, Entry>>::iterator, KeyHash> map_;
-};
+// Entries hold activation-sized buffers: keep the cache modest.
+using Cache = dnnl_common::LruCache<Key, Entry, KeyHash>;
+constexpr size_t kCacheCapacity = 32;
 
 // NOTE [Conv scratchpad]: oneDNN's kernels need scratch memory (the
 // backward-weights reduction buffers are activation-sized). Left to oneDNN,
@@ -204,10 +157,11 @@ class ReorderCache {
 };
 
 struct ThreadState {
-  Cache cache;
+  Cache cache{kCacheCapacity};
   ScratchBuffer scratch;
   ReorderCache reordered;
   std::string last_impl = "none";
+  int64_t weight_reorders = 0, reorders_skipped = 0;  // see ConvCacheStats
 };
 
 ThreadState& state() {
@@ -329,11 +283,10 @@ Entry make_entry(Kind kind, const ConvGeom& g, DType dt, bool bias) {
 // does not take this geometry (nothing was written).
 bool run_dnnl(Kind kind, const ConvGeom& g, DType dt, bool bias, std::initializer_list<const Tensor*> inputs,
               std::initializer_list<const Tensor*> outputs) {
-  // oneDNN's OpenMP code uses the calling thread's count, and its kernels
-  // split work for the count seen when the primitive is created: set it
-  // first, and key the cache on it.
+  // oneDNN's kernels split work for the OpenMP count seen when the
+  // primitive is created: set it first, and key the cache on it.
   const int nt = get_num_threads();
-  if (omp_get_max_threads() != nt) omp_set_num_threads(nt);
+  dnnl_common::OmpThreads threads(nt);
   ThreadState& ts = state();
   const Key key = make_key(kind, dt, bias, nt, g);
   Entry* e = ts.cache.find(key);
@@ -349,11 +302,11 @@ bool run_dnnl(Kind kind, const ConvGeom& g, DType dt, bool bias, std::initialize
     auto [buf, filled] = ts.reordered.find_or_claim(*t, a.prim.get_desc());
     a.prim.set_data_handle(buf);
     if (filled) {
-      ++ts.cache.stats_.reorders_skipped;
+      ++ts.reorders_skipped;
       continue;
     }
     a.reorder.execute(s, a.user, a.prim);
-    if (a.id == DNNL_ARG_WEIGHTS) ++ts.cache.stats_.weight_reorders;
+    if (a.id == DNNL_ARG_WEIGHTS) ++ts.weight_reorders;
   }
   i = 0;
   for (const Tensor* t : outputs) e->outputs[i++].user.set_data_handle(t->data_ptr());
@@ -436,6 +389,9 @@ void conv_backward_weights(const ConvGeom& g, const Tensor& large_in, const Tens
 
 const std::string& last_conv_impl() { return state().last_impl; }
 
-ConvCacheStats conv_cache_stats() { return state().cache.stats(); }
+ConvCacheStats conv_cache_stats() {
+  const ThreadState& ts = state();
+  return {ts.cache.hits(), ts.cache.misses(), ts.cache.size(), ts.weight_reorders, ts.reorders_skipped};
+}
 
 }  // namespace kiln::cpu

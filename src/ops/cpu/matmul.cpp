@@ -3,19 +3,16 @@
 // kernel for f64 and integers.
 #include "src/ops/cpu/matmul.h"
 
-#include <omp.h>
-
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <array>
 #include <bit>
 #include <cstring>
-#include <list>
-#include <unordered_map>
 #include <vector>
 
 #include "kiln/core/parallel.h"
 #include "src/ops/cpu/copy.h"
+#include "src/ops/cpu/dnnl_common.h"
 
 namespace kiln::cpu {
 
@@ -172,15 +169,8 @@ void run_plain(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor
 // µs) and reuses its memory objects (only the data handles change).
 // ---------------------------------------------------------------------------
 
-dnnl::engine& engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  return eng;
-}
-
-dnnl::stream& stream() {
-  static dnnl::stream s(engine());
-  return s;
-}
+using dnnl_common::engine;
+using dnnl_common::stream;
 
 constexpr int kMaxDnnlDims = 12;  // DNNL_MAX_NDIMS
 
@@ -207,11 +197,7 @@ struct Key {
 };
 
 struct KeyHash {
-  size_t operator()(const Key& k) const {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < k.n; ++i) h = (h ^ uint64_t(k.v[size_t(i)])) * 1099511628211ull;
-    return size_t(h);
-  }
+  size_t operator()(const Key& k) const { return dnnl_common::hash_words(k.v.data(), size_t(k.n)); }
 };
 
 struct Entry {
@@ -225,40 +211,11 @@ struct Entry {
   bool unusable = false;  // oneDNN offers only its reference code, or rejects the layout
 };
 
-class PrimitiveCache {
- public:
-  static constexpr size_t kCapacity = 128;
-
-  Entry* find(const Key& k) {
-    auto it = map_.find(k);
-    if (it == map_.end()) {
-      ++misses_;
-      return nullptr;
-    }
-    ++hits_;
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return &it->second->second;
-  }
-  Entry* insert(const Key& k, Entry e) {
-    if (map_.size() >= kCapacity) {
-      map_.erase(lru_.back().first);
-      lru_.pop_back();
-    }
-    lru_.emplace_front(k, std::move(e));
-    map_[k] = lru_.begin();
-    return &lru_.front().second;
-  }
-  MatmulCacheStats stats() const { return {hits_, misses_, int64_t(map_.size())}; }
-
- private:
-  std::list<std::pair<Key, Entry>> lru_;
-  std::unordered_map<Key, std::list<std::pair<Key, Entry>>::iterator, KeyHash> map_;
-  int64_t hits_ = 0, misses_ = 0;
-};
+using PrimitiveCache = dnnl_common::LruCache<Key, Entry, KeyHash>;
 
 // Per-thread state, reached through one thread_local lookup per call.
 struct ThreadState {
-  PrimitiveCache cache;
+  PrimitiveCache cache{128};
   std::string last_impl = "none";
 };
 
@@ -365,7 +322,7 @@ bool run_dnnl(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor&
   // too small to repay a fork-join (a 64^3 product takes ~5 us; waking a
   // second thread costs ~1 us quiet, far more when the cores are shared).
   const int nt = threads_for(g);
-  if (omp_get_max_threads() != nt) omp_set_num_threads(nt);
+  dnnl_common::OmpThreads threads(nt);
 
   Key key;
   key.push(int64_t(dt) | int64_t(bias_dt) << 8 | int64_t(ep.bias != nullptr) << 16 | int64_t(nt) << 24);
@@ -389,7 +346,6 @@ bool run_dnnl(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor&
   e->dst.set_data_handle(out.data_ptr());
   if (ep.bias) e->bias.set_data_handle(ep.bias->data_ptr());
   dnnl_status_t st = dnnl_primitive_execute(e->prim.get(), stream().get(), e->nargs, e->args.data());
-  if (nt != get_num_threads()) omp_set_num_threads(get_num_threads());  // leave the thread at kiln's count
   KILN_CHECK(st == dnnl_success, kOp, "oneDNN failed to run {} on a {} x {} x {} product (status {})", e->impl, g.M,
              g.K, g.N, int(st));
   return true;
@@ -459,6 +415,9 @@ void matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out_in, const 
 
 const std::string& last_matmul_impl() { return state().last_impl; }
 
-MatmulCacheStats matmul_cache_stats() { return state().cache.stats(); }
+MatmulCacheStats matmul_cache_stats() {
+  const PrimitiveCache& c = state().cache;
+  return {c.hits(), c.misses(), c.size()};
+}
 
 }  // namespace kiln::cpu
