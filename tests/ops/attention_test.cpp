@@ -11,11 +11,7 @@
 namespace kiln {
 namespace {
 
-using testing::all_close;
-using testing::golden;
-using testing::golden_tensor;
-using testing::leaf;
-using testing::noncontiguous;
+using namespace testing;
 
 constexpr double kNegInf = -INFINITY;
 

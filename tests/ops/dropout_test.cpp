@@ -10,8 +10,7 @@
 namespace kiln {
 namespace {
 
-using testing::all_close;
-using testing::equal;
+using namespace testing;
 
 TEST(Dropout, IdentityWhenNotTrainingOrPZero) {
   Generator gen(1);

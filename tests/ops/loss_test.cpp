@@ -14,11 +14,7 @@
 namespace kiln {
 namespace {
 
-using testing::all_close;
-using testing::golden;
-using testing::golden_tensor;
-using testing::leaf;
-using testing::noncontiguous;
+using namespace testing;
 using Inputs = std::map<std::string, Tensor>;
 
 // A case's inputs: each argument names a tensor stored once in the file's "inputs".

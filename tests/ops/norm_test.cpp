@@ -13,11 +13,7 @@
 namespace kiln {
 namespace {
 
-using testing::all_close;
-using testing::golden;
-using testing::golden_tensor;
-using testing::leaf;
-using testing::noncontiguous;
+using namespace testing;
 using Inputs = std::map<std::string, Tensor>;
 
 Tensor opt(const Inputs& in, const std::string& k) {

@@ -11,12 +11,7 @@ namespace kiln {
 namespace {
 
 using nlohmann::json;
-using testing::all_close;
-using testing::equal;
-using testing::golden;
-using testing::golden_tensor;
-using testing::leaf;
-using testing::noncontiguous;
+using namespace testing;
 
 Size2 size2(const json& j) { return j.is_array() ? Size2(j[0].get<int64_t>(), j[1].get<int64_t>()) : Size2(j.get<int64_t>()); }
 int64_t int1(const json& j) { return j.is_array() ? j[0].get<int64_t>() : j.get<int64_t>(); }
