@@ -25,12 +25,14 @@ Edge gradient_edge(const Tensor& t) {
   return {std::move(acc), 0};
 }
 
-AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node("accumulate_grad"), leaf_(std::move(leaf)) {
-  outputs().push_back({leaf_->shape, leaf_->dtype});
+AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : Node("accumulate_grad"), leaf_(leaf) {
+  outputs().push_back({leaf->shape, leaf->dtype});
 }
 
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
-  Tensor leaf(leaf_);
+  std::shared_ptr<TensorImpl> alive = leaf_.lock();
+  if (!alive) return {};
+  Tensor leaf(std::move(alive));
   Tensor g = std::move(grads[0]);
   Tensor old = leaf.grad();
   if (!old.defined()) {
@@ -54,8 +56,13 @@ void SavedTensors::save(std::span<const Tensor> saved, std::span<const Tensor> o
       item.version = s.storage()->version();
       for (size_t j = 0; j < outputs.size(); ++j)
         if (s.is_same(outputs[j])) item.output_nr = int(j);
-      // An output holds its node; keeping the output itself would be a cycle.
-      item.data = item.output_nr >= 0 ? s.detach() : s;
+      // An output holds its node; keeping the output itself would be a
+      // cycle. So would a leaf that requires grad: with create_graph its
+      // grad() holds this node. Both are kept as detached aliases and
+      // re-linked to the graph on unpack.
+      if (item.output_nr < 0 && s.requires_grad() && s.is_leaf())
+        item.leaf_accumulator = gradient_edge(s).fn;
+      item.data = item.output_nr >= 0 || item.leaf_accumulator ? s.detach() : s;
     }
     items_.push_back(std::move(item));
   }
@@ -70,14 +77,14 @@ std::vector<Tensor> SavedTensors::unpack(const std::shared_ptr<Node>& self, cons
                  "a tensor of shape {} saved by '{}' was modified in place after it was saved "
                  "(version {}, expected {}); clone() it before the in-place op",
                  to_string(item.data.shape()), op, item.data.storage()->version(), item.version);
-    if (item.output_nr >= 0 && GradMode::is_enabled()) {
-      // create_graph: re-link the saved output to this node so higher-order
-      // gradients flow through it.
+    if ((item.output_nr >= 0 || item.leaf_accumulator) && GradMode::is_enabled()) {
+      // create_graph: re-link the saved output to this node, and a saved
+      // leaf to its accumulator, so higher-order gradients flow through it.
       Tensor t = item.data.detach();
       AutogradMeta& m = t.impl()->autograd_meta();
       m.requires_grad = true;
-      m.grad_fn = self;
-      m.output_nr = uint32_t(item.output_nr);
+      m.grad_fn = item.leaf_accumulator ? item.leaf_accumulator : self;
+      m.output_nr = item.leaf_accumulator ? 0 : uint32_t(item.output_nr);
       out.push_back(std::move(t));
     } else {
       out.push_back(item.data);

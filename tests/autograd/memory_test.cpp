@@ -63,5 +63,23 @@ TEST(Memory, NoGrowthOverTenThousandTrainingSteps) {
   EXPECT_LT(last, first * 0.5f);  // and it did train
 }
 
+// backward(create_graph) gives the leaf a grad whose graph ends in the leaf's
+// own accumulator; that must not keep either alive (PyTorch leaks here).
+TEST(Memory, CreateGraphBackwardFreesLeafAndItsGrad) {
+  const int64_t base = memory_stats().current_bytes;
+  std::weak_ptr<TensorImpl> leaf_impl, grad_impl;
+  {
+    Generator g(3);
+    Tensor z = randn({1000}, g, {.dtype = kF64}).requires_grad_();
+    sum(mul(mul(z, z), z)).backward({}, /*retain_graph=*/false, /*create_graph=*/true);
+    ASSERT_TRUE(z.grad().requires_grad());
+    leaf_impl = z.impl_ptr();
+    grad_impl = z.grad().impl_ptr();
+  }
+  EXPECT_TRUE(leaf_impl.expired());
+  EXPECT_TRUE(grad_impl.expired());
+  EXPECT_EQ(memory_stats().current_bytes, base);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -46,15 +46,18 @@ bool needs_grad(std::span<const Tensor> ts);
 /// The edge an input's gradient flows along (invalid when it needs none).
 Edge gradient_edge(const Tensor& t);
 
-/// A leaf's sink: adds the incoming gradient into the leaf's grad().
+/// A leaf's sink: adds the incoming gradient into the leaf's grad(). It
+/// holds the leaf weakly: with create_graph, the leaf's grad() has a graph
+/// that ends in this node, and a strong reference would make a cycle that
+/// never frees either (PyTorch has that leak). A gradient for a leaf that no
+/// longer exists is dropped.
 class AccumulateGrad final : public Node {
  public:
-  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
+  explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf);
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
-  const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
 
  private:
-  std::shared_ptr<TensorImpl> leaf_;
+  std::weak_ptr<TensorImpl> leaf_;
 };
 
 namespace detail {
@@ -68,8 +71,9 @@ class SavedTensors {
 
  private:
   struct Item {
-    Tensor data;         // outputs: detached alias; inputs: the tensor itself
+    Tensor data;         // outputs and leaves: detached alias; other inputs: the tensor itself
     int output_nr = -1;  // >= 0: output of this node
+    std::shared_ptr<Node> leaf_accumulator;  // a leaf that requires grad: its AccumulateGrad
     uint64_t version = 0;
   };
   std::vector<Item> items_;
