@@ -7,6 +7,7 @@
 // so grad-of-grad (create_graph) works to any order.
 #include "kiln/ops/conv.h"
 
+#include <algorithm>
 #include <array>
 #include <tuple>
 
@@ -178,18 +179,19 @@ Tensor conv_any(const char* op, int nsp, const Tensor& x, const Tensor& w, const
     KILN_CHECK(p[0] >= 0 && p[1] >= 0, op, "padding must be non-negative, got {}",
                nsp == 1 ? fmt::format("{}", padding.w) : fmt::format("({}, {})", padding.h, padding.w));
     lo = hi = p;
-  } else if (padding.mode == "same") {
-    KILN_CHECK(stride[0] == 1 && stride[1] == 1, op, "padding='same' needs stride 1, got stride {}",
-               dims_str(stride, nsp));
-    // PyTorch: total = d * (K - 1); the odd element goes on the right/bottom.
+  } else if (padding.mode == "same" || padding.mode == "SAME") {
+    // Output ceil(in / stride) (spec 000's SAME, as in JAX/TensorFlow; for
+    // stride 1 this is PyTorch's 'same': total = d * (K - 1)). The odd
+    // element goes on the right/bottom.
     for (size_t i = 0; i < 2; ++i) {
-      const int64_t total = d[i] * (k[i] - 1);
+      const int64_t want = (in[i] + s[i] - 1) / s[i];
+      const int64_t total = std::max<int64_t>((want - 1) * s[i] + d[i] * (k[i] - 1) + 1 - in[i], 0);
       lo[i] = total / 2;
       hi[i] = total - lo[i];
     }
   } else {
-    KILN_CHECK(padding.mode == "valid", op, "padding must be an int, a pair, 'same' or 'valid', got '{}'",
-               padding.mode);
+    KILN_CHECK(padding.mode == "valid" || padding.mode == "VALID", op,
+               "padding must be an int, a pair, 'same'/'SAME' or 'valid'/'VALID', got '{}'", padding.mode);
   }
   for (size_t i = 0; i < 2; ++i) {
     const int64_t span = in[i] + lo[i] + hi[i] - d[i] * (k[i] - 1) - 1;

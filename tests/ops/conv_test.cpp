@@ -288,8 +288,7 @@ TEST(ConvErrors, Messages) {
   EXPECT_KILN_ERROR(conv2d(x, w, {}, {1, 0}, 0, 1, 2), "[conv2d] stride must be positive, got (1, 0)");
   EXPECT_KILN_ERROR(conv2d(x, w, {}, 1, 0, -1, 2), "[conv2d] dilation must be positive, got (-1, -1)");
   EXPECT_KILN_ERROR(conv2d(x, w, {}, 1, {0, -1}, 1, 2), "[conv2d] padding must be non-negative, got (0, -1)");
-  EXPECT_KILN_ERROR(conv2d(x, w, {}, 2, "same", 1, 2), "[conv2d] padding='same' needs stride 1, got stride (2, 2)");
-  EXPECT_KILN_ERROR(conv2d(x, w, {}, 1, "full", 1, 2), "[conv2d] padding must be an int, a pair, 'same' or 'valid', got 'full'");
+  EXPECT_KILN_ERROR(conv2d(x, w, {}, 1, "full", 1, 2), "[conv2d] padding must be an int, a pair, 'same'/'SAME' or 'valid'/'VALID', got 'full'");
   EXPECT_KILN_ERROR(conv2d(x, ones({6, 2, 7, 3}), {}, 1, 0, 1, 2), "[conv2d] output size would be empty");
   EXPECT_KILN_ERROR(conv2d(x, w, ones({5}), 1, 0, 1, 2),
                     "[conv2d] bias [5] does not match weight [6, 2, 3, 3] (expected [6]");
@@ -340,6 +339,31 @@ TEST(Conv, ShapesAndUnbatched) {
             (Shape{2, 6, 8, 10}));
   EXPECT_EQ(conv1d(randn({2, 3, 10}, gen), randn({4, 3, 3}, gen), {}, 3).shape(), (Shape{2, 4, 3}));
   EXPECT_EQ(conv2d(zeros({0, 3, 5, 5}), zeros({2, 3, 3, 3})).shape(), (Shape{0, 2, 3, 3}));
+}
+
+// Spec 000's SAME / VALID (either case). SAME keeps ceil(in / stride)
+// outputs for any stride, as JAX does: checked against an explicit
+// (asymmetric) zero pad followed by a VALID convolution.
+TEST(ConvPadding, SameForAnyStrideMatchesExplicitPadding) {
+  Generator gen(21);
+  Tensor x = randn({2, 3, 7, 6}, gen), w = randn({4, 3, 3, 2}, gen), b = randn({4}, gen);
+  struct Case {
+    Size2 stride, dilation;
+    std::vector<int64_t> pad;  // {left, right, top, bottom}, the JAX rule worked by hand
+    Shape out;
+  };
+  const Case cases[] = {
+      {1, 1, {0, 1, 1, 1}, {2, 4, 7, 6}},          // stride 1: PyTorch's 'same'
+      {2, 1, {0, 0, 1, 1}, {2, 4, 4, 3}},          // H: out 4, total 2; W: out 3, total 0
+      {{3, 2}, 2, {0, 1, 2, 2}, {2, 4, 3, 3}},  // H: out 3, total 4 (dilated K 5); W: out 3, total 1 (dilated K 3)
+  };
+  for (const Case& c : cases) {
+    Tensor y = conv2d(x, w, b, c.stride, "SAME", c.dilation);
+    EXPECT_EQ(y.shape(), c.out);
+    EXPECT_TRUE(all_close(y, conv2d(pad(x, c.pad), w, b, c.stride, "VALID", c.dilation), 1e-5, 1e-5));
+    EXPECT_TRUE(equal(y, conv2d(x, w, b, c.stride, "same", c.dilation)));
+  }
+  EXPECT_EQ(conv1d(randn({1, 3, 10}, gen), randn({2, 3, 4}, gen), {}, 3, "SAME").shape(), (Shape{1, 2, 4}));
 }
 
 }  // namespace

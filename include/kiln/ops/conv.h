@@ -19,11 +19,14 @@ struct Size2 {
 };
 
 /// Convolution padding: an int (every side), {h, w} (both sides of each dim)
-/// or "same" / "valid" as in PyTorch ("same" needs stride 1; when the total
-/// padding of a dim is odd, the extra element goes on the right/bottom).
+/// or "same" / "valid" (either case: spec 000 writes SAME / VALID). "same"
+/// gives an output of ceil(in / stride) per dim, padding
+/// max((out - 1) * stride + dilation * (K - 1) + 1 - in, 0) in total with the
+/// odd element on the right/bottom: PyTorch's 'same' for stride 1 (PyTorch
+/// rejects other strides), JAX/TensorFlow's SAME for any stride.
 struct ConvPadding {
   int64_t h = 0, w = 0;
-  std::string mode;  // "" (explicit sizes), "same" or "valid"; anything else is an error at the op
+  std::string mode;  // "" (explicit sizes), "same"/"SAME" or "valid"/"VALID"; anything else is an error at the op
   // A template so that a literal 0 picks this and not the const char* form.
   template <std::integral I>
   ConvPadding(I v) : h(int64_t(v)), w(int64_t(v)) {}  // NOLINT
