@@ -347,24 +347,22 @@ void conv_backward_data(const ConvGeom& g, const Tensor& small_in, const Tensor&
       if (bias) {
         // oneDNN's backward-data has no bias: add it per (b, c) plane.
         Tensor b = bias->contiguous();
-        dispatch(dt, [&](auto tag) {
+        dispatch_floating(dt, [&](auto tag) {
           using T = typename decltype(tag)::type;
-          if constexpr (is_floating(dtype_v<T>)) {
-            using A = acc_t<T>;
-            const T* bp = static_cast<const T*>(b.data_ptr());
-            T* x = static_cast<T*>(large.data_ptr());
-            const int64_t plane = g.H * g.W;
-            parallel_for(0, g.B * g.C, std::max<int64_t>(1, 16384 / std::max<int64_t>(plane, 1)),
-                         [&](int64_t lo, int64_t hi) {
-                           for (int64_t bc = lo; bc < hi; ++bc) {
-                             const A v = A(bp[bc % g.C]);
-                             T* p = x + bc * plane;
+          using A = acc_t<T>;
+          const T* bp = static_cast<const T*>(b.data_ptr());
+          T* x = static_cast<T*>(large.data_ptr());
+          const int64_t plane = g.H * g.W;
+          parallel_for(0, g.B * g.C, std::max<int64_t>(1, 16384 / std::max<int64_t>(plane, 1)),
+                       [&](int64_t lo, int64_t hi) {
+                         for (int64_t bc = lo; bc < hi; ++bc) {
+                           const A v = A(bp[bc % g.C]);
+                           T* p = x + bc * plane;
 #pragma omp simd
-                             for (int64_t k = 0; k < plane; ++k) p[k] = T(A(p[k]) + v);
-                           }
-                         });
-          }
-        });
+                           for (int64_t k = 0; k < plane; ++k) p[k] = T(A(p[k]) + v);
+                         }
+                       });
+          });
       }
       return;
     }

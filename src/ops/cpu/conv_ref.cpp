@@ -12,15 +12,6 @@ namespace {
 template <class T>
 const T* cptr(const Tensor& t) { return static_cast<const T*>(t.data_ptr()); }
 
-// Every floating dtype; the caller has checked the dtypes agree.
-template <class Fn>
-void floating(DType t, Fn&& fn) {
-  dispatch(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (is_floating(dtype_v<T>)) fn(tag);
-  });
-}
-
 }  // namespace
 
 void conv_forward(const ConvGeom& g, const Tensor& large_in, const Tensor& w_in, const Tensor* bias,
@@ -28,7 +19,7 @@ void conv_forward(const ConvGeom& g, const Tensor& large_in, const Tensor& w_in,
   Tensor large = large_in.contiguous(), w = w_in.contiguous();
   Tensor b = bias ? bias->contiguous() : Tensor();
   const int64_t Cg = g.C / g.groups, Og = g.O / g.groups;
-  floating(small.dtype(), [&](auto tag) {
+  dispatch_floating(small.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *x = cptr<T>(large), *k = cptr<T>(w), *bp = b.defined() ? cptr<T>(b) : nullptr;
     T* y = static_cast<T*>(small.data_ptr());
@@ -62,7 +53,7 @@ void conv_backward_data(const ConvGeom& g, const Tensor& small_in, const Tensor&
   Tensor small = small_in.contiguous(), w = w_in.contiguous();
   Tensor b = bias ? bias->contiguous() : Tensor();
   const int64_t Cg = g.C / g.groups, Og = g.O / g.groups;
-  floating(large.dtype(), [&](auto tag) {
+  dispatch_floating(large.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *y = cptr<T>(small), *k = cptr<T>(w), *bp = b.defined() ? cptr<T>(b) : nullptr;
     T* x = static_cast<T*>(large.data_ptr());
@@ -95,7 +86,7 @@ void conv_backward_weights(const ConvGeom& g, const Tensor& large_in, const Tens
                            const Tensor* gb) {
   Tensor large = large_in.contiguous(), small = small_in.contiguous();
   const int64_t Cg = g.C / g.groups, Og = g.O / g.groups;
-  floating(gw.dtype(), [&](auto tag) {
+  dispatch_floating(gw.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *x = cptr<T>(large), *y = cptr<T>(small);
     T* k = static_cast<T*>(gw.data_ptr());

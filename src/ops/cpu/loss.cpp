@@ -114,68 +114,66 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& we
                    double* weight_sum) {
   const int64_t R = targets.numel();
   const int64_t C = R ? logits.numel() / R : 0;
-  dispatch(logits.dtype(), [&](auto tag) {
+  dispatch_floating(logits.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_floating(dtype_v<T>)) {
-      using A = acc_t<T>;
-      dispatch_index(targets.dtype(), [&](auto itag) {
-        using I = typename decltype(itag)::type;
-        const T* xp = static_cast<const T*>(logits.data_ptr());
-        const I* tp = static_cast<const I*>(targets.data_ptr());
-        const T* wp = ptr_or_null<T>(weights);
-        A* lp = static_cast<A*>(lse.data_ptr());
-        T* pp = probs.defined() ? static_cast<T*>(probs.data_ptr()) : nullptr;
-        T* op = rows.defined() ? static_cast<T*>(rows.data_ptr()) : nullptr;
-        const A s = A(label_smoothing);
-        const int64_t per_chunk = std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1));
-        const int64_t chunks = (R + per_chunk - 1) / per_chunk;
-        std::vector<double> part(size_t(2 * chunks), 0.0);  // per chunk: sum(loss), sum(w)
-        parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
-          for (int64_t c = lo; c < hi; ++c) {
-            double tot = 0, wsum = 0;
-            const int64_t r0 = c * per_chunk, r1 = std::min(R, (c + 1) * per_chunk);
-            // With probs: the chunk's lse and softmax first, in sweeps over blocks of rows.
-            for (int64_t b0 = r0; pp && b0 < r1; b0 += kChunkRows)
-              block_lse_probs<T>(xp, C, b0, std::min(r1, b0 + kChunkRows), pp, lp);
-            for (int64_t r = r0; r < r1; ++r) {
-              const int64_t t = int64_t(tp[r]);
-              if (t == ignore_index) {
-                lp[r] = A(0);
-                if (op) op[r] = T(0);
-                continue;
-              }
-              const T* x = xp + r * C;
-              A sum_x = 0;
-              A l;
-              if (pp) {
-                l = lp[r];
-                if (s != A(0)) sum_x = row_sum_x<T>(x, C);
-              } else {
-                l = row_lse(x, C, s != A(0), sum_x);
-              }
-              const A w = wp ? A(wp[r]) : A(1);
-              A loss = l - (A(1) - s) * A(x[t]);
-              if (s != A(0)) loss -= s * sum_x / A(C);
-              loss *= w;
-              lp[r] = l;
-              if (op) op[r] = T(loss);
-              tot += double(loss);
-              wsum += double(w);
+    using A = acc_t<T>;
+    dispatch_index(targets.dtype(), [&](auto itag) {
+      using I = typename decltype(itag)::type;
+      const T* xp = static_cast<const T*>(logits.data_ptr());
+      const I* tp = static_cast<const I*>(targets.data_ptr());
+      const T* wp = ptr_or_null<T>(weights);
+      A* lp = static_cast<A*>(lse.data_ptr());
+      T* pp = probs.defined() ? static_cast<T*>(probs.data_ptr()) : nullptr;
+      T* op = rows.defined() ? static_cast<T*>(rows.data_ptr()) : nullptr;
+      const A s = A(label_smoothing);
+      const int64_t per_chunk = std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1));
+      const int64_t chunks = (R + per_chunk - 1) / per_chunk;
+      std::vector<double> part(size_t(2 * chunks), 0.0);  // per chunk: sum(loss), sum(w)
+      parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t c = lo; c < hi; ++c) {
+          double tot = 0, wsum = 0;
+          const int64_t r0 = c * per_chunk, r1 = std::min(R, (c + 1) * per_chunk);
+          // With probs: the chunk's lse and softmax first, in sweeps over blocks of rows.
+          for (int64_t b0 = r0; pp && b0 < r1; b0 += kChunkRows)
+            block_lse_probs<T>(xp, C, b0, std::min(r1, b0 + kChunkRows), pp, lp);
+          for (int64_t r = r0; r < r1; ++r) {
+            const int64_t t = int64_t(tp[r]);
+            if (t == ignore_index) {
+              lp[r] = A(0);
+              if (op) op[r] = T(0);
+              continue;
             }
-            part[size_t(2 * c)] = tot;
-            part[size_t(2 * c + 1)] = wsum;
+            const T* x = xp + r * C;
+            A sum_x = 0;
+            A l;
+            if (pp) {
+              l = lp[r];
+              if (s != A(0)) sum_x = row_sum_x<T>(x, C);
+            } else {
+              l = row_lse(x, C, s != A(0), sum_x);
+            }
+            const A w = wp ? A(wp[r]) : A(1);
+            A loss = l - (A(1) - s) * A(x[t]);
+            if (s != A(0)) loss -= s * sum_x / A(C);
+            loss *= w;
+            lp[r] = l;
+            if (op) op[r] = T(loss);
+            tot += double(loss);
+            wsum += double(w);
           }
-        });
-        double tot = 0, wsum = 0;
-        for (int64_t c = 0; c < chunks; ++c) {
-          tot += part[size_t(2 * c)];
-          wsum += part[size_t(2 * c + 1)];
+          part[size_t(2 * c)] = tot;
+          part[size_t(2 * c + 1)] = wsum;
         }
-        *total = tot;
-        *weight_sum = wsum;
       });
-    }
-  });
+      double tot = 0, wsum = 0;
+      for (int64_t c = 0; c < chunks; ++c) {
+        tot += part[size_t(2 * c)];
+        wsum += part[size_t(2 * c + 1)];
+      }
+      *total = tot;
+      *weight_sum = wsum;
+    });
+    });
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& weights,
@@ -183,47 +181,45 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
                             const Tensor& grad, double scale, const Tensor& grad_logits) {
   const int64_t R = targets.numel();
   const int64_t C = R ? logits.numel() / R : 0;
-  dispatch(logits.dtype(), [&](auto tag) {
+  dispatch_floating(logits.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_floating(dtype_v<T>)) {
-      using A = acc_t<T>;
-      dispatch_index(targets.dtype(), [&](auto itag) {
-        using I = typename decltype(itag)::type;
-        const T* xp = static_cast<const T*>(logits.data_ptr());
-        const I* tp = static_cast<const I*>(targets.data_ptr());
-        const T* wp = ptr_or_null<T>(weights);
-        const A* lp = static_cast<const A*>(lse.data_ptr());
-        const T* pp = probs.defined() ? static_cast<const T*>(probs.data_ptr()) : nullptr;
-        const T* gp = static_cast<const T*>(grad.data_ptr());
-        const bool per_row = grad.numel() == R && R != 1;
-        T* out = static_cast<T*>(grad_logits.data_ptr());
-        const A s = A(label_smoothing), uniform = s / A(C), hit = A(1) - s;
-        parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1)), [&](int64_t lo, int64_t hi) {
-          for (int64_t r = lo; r < hi; ++r) {
-            T* o = out + r * C;
-            const int64_t t = int64_t(tp[r]);
-            if (t == ignore_index) {
-              std::fill(o, o + C, T(0));
-              continue;
-            }
-            const A coef = A(scale) * (wp ? A(wp[r]) : A(1)) * A(gp[per_row ? r : 0]);
-            if (pp) {  // softmax saved by the forward
-              const T* __restrict p = pp + r * C;
-#pragma omp simd
-              for (int64_t j = 0; j < C; ++j) o[j] = T(coef * (A(p[j]) - uniform));
-              o[t] = T(coef * (A(p[t]) - uniform - hit));
-              continue;
-            }
-            const T* __restrict x = xp + r * C;
-            const A l = lp[r];
-#pragma omp simd
-            for (int64_t j = 0; j < C; ++j) o[j] = T(coef * (vexp(A(x[j]) - l) - uniform));
-            o[t] = T(coef * (vexp(A(x[t]) - l) - uniform - hit));
+    using A = acc_t<T>;
+    dispatch_index(targets.dtype(), [&](auto itag) {
+      using I = typename decltype(itag)::type;
+      const T* xp = static_cast<const T*>(logits.data_ptr());
+      const I* tp = static_cast<const I*>(targets.data_ptr());
+      const T* wp = ptr_or_null<T>(weights);
+      const A* lp = static_cast<const A*>(lse.data_ptr());
+      const T* pp = probs.defined() ? static_cast<const T*>(probs.data_ptr()) : nullptr;
+      const T* gp = static_cast<const T*>(grad.data_ptr());
+      const bool per_row = grad.numel() == R && R != 1;
+      T* out = static_cast<T*>(grad_logits.data_ptr());
+      const A s = A(label_smoothing), uniform = s / A(C), hit = A(1) - s;
+      parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1)), [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          T* o = out + r * C;
+          const int64_t t = int64_t(tp[r]);
+          if (t == ignore_index) {
+            std::fill(o, o + C, T(0));
+            continue;
           }
-        });
+          const A coef = A(scale) * (wp ? A(wp[r]) : A(1)) * A(gp[per_row ? r : 0]);
+          if (pp) {  // softmax saved by the forward
+            const T* __restrict p = pp + r * C;
+#pragma omp simd
+            for (int64_t j = 0; j < C; ++j) o[j] = T(coef * (A(p[j]) - uniform));
+            o[t] = T(coef * (A(p[t]) - uniform - hit));
+            continue;
+          }
+          const T* __restrict x = xp + r * C;
+          const A l = lp[r];
+#pragma omp simd
+          for (int64_t j = 0; j < C; ++j) o[j] = T(coef * (vexp(A(x[j]) - l) - uniform));
+          o[t] = T(coef * (vexp(A(x[t]) - l) - uniform - hit));
+        }
       });
-    }
-  });
+    });
+    });
 }
 
 // ---- pointwise losses ----
@@ -296,37 +292,35 @@ double pointwise_loss(PointwiseLoss kind, double beta, const Tensor& x, const Te
   if (kind == PointwiseLoss::smooth_l1 && beta == 0) kind = PointwiseLoss::l1;  // PyTorch: beta 0 is l1
   const int64_t n = x.numel();
   double result = 0;
-  dispatch(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_floating(dtype_v<T>)) {
-      using A = acc_t<T>;
-      dispatch_loss(kind, [&](auto fn) {
-        using Fn = decltype(fn);
-        const T* xp = static_cast<const T*>(x.data_ptr());
-        const T* yp = static_cast<const T*>(y.data_ptr());
-        const T* wp = ptr_or_null<T>(weight);
-        const T* pp = ptr_or_null<T>(pos_weight);
-        T* op = out.defined() ? static_cast<T*>(out.data_ptr()) : nullptr;
-        const int64_t chunks = (n + kGrain - 1) / kGrain;
-        std::vector<double> part(size_t(chunks), 0.0);
-        parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
-          for (int64_t c = lo; c < hi; ++c) {
-            const int64_t i0 = c * kGrain, i1 = std::min(n, i0 + kGrain);
-            A s = 0;
+    using A = acc_t<T>;
+    dispatch_loss(kind, [&](auto fn) {
+      using Fn = decltype(fn);
+      const T* xp = static_cast<const T*>(x.data_ptr());
+      const T* yp = static_cast<const T*>(y.data_ptr());
+      const T* wp = ptr_or_null<T>(weight);
+      const T* pp = ptr_or_null<T>(pos_weight);
+      T* op = out.defined() ? static_cast<T*>(out.data_ptr()) : nullptr;
+      const int64_t chunks = (n + kGrain - 1) / kGrain;
+      std::vector<double> part(size_t(chunks), 0.0);
+      parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t c = lo; c < hi; ++c) {
+          const int64_t i0 = c * kGrain, i1 = std::min(n, i0 + kGrain);
+          A s = 0;
 #pragma omp simd reduction(+ : s)
-            for (int64_t i = i0; i < i1; ++i) {
-              A l = Fn::loss(A(xp[i]), A(yp[i]), pp ? A(pp[i]) : A(1), A(beta));
-              if (wp) l *= A(wp[i]);
-              if (op) op[i] = T(l);
-              s += l;
-            }
-            part[size_t(c)] = double(s);
+          for (int64_t i = i0; i < i1; ++i) {
+            A l = Fn::loss(A(xp[i]), A(yp[i]), pp ? A(pp[i]) : A(1), A(beta));
+            if (wp) l *= A(wp[i]);
+            if (op) op[i] = T(l);
+            s += l;
           }
-        });
-        for (double p : part) result += p;
+          part[size_t(c)] = double(s);
+        }
       });
-    }
-  });
+      for (double p : part) result += p;
+    });
+    });
   return result;
 }
 
@@ -335,34 +329,32 @@ void pointwise_loss_backward(PointwiseLoss kind, double beta, const Tensor& x, c
                              const Tensor& gx, const Tensor& gy) {
   if (kind == PointwiseLoss::smooth_l1 && beta == 0) kind = PointwiseLoss::l1;
   const int64_t n = x.numel();
-  dispatch(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_floating(dtype_v<T>)) {
-      using A = acc_t<T>;
-      dispatch_loss(kind, [&](auto fn) {
-        using Fn = decltype(fn);
-        const T* xp = static_cast<const T*>(x.data_ptr());
-        const T* yp = static_cast<const T*>(y.data_ptr());
-        const T* wp = ptr_or_null<T>(weight);
-        const T* pp = ptr_or_null<T>(pos_weight);
-        const T* gp = static_cast<const T*>(grad.data_ptr());
-        const bool full = grad.numel() == n && n != 1;
-        T* gxp = gx.defined() ? static_cast<T*>(gx.data_ptr()) : nullptr;
-        T* gyp = gy.defined() ? static_cast<T*>(gy.data_ptr()) : nullptr;
-        parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
+    using A = acc_t<T>;
+    dispatch_loss(kind, [&](auto fn) {
+      using Fn = decltype(fn);
+      const T* xp = static_cast<const T*>(x.data_ptr());
+      const T* yp = static_cast<const T*>(y.data_ptr());
+      const T* wp = ptr_or_null<T>(weight);
+      const T* pp = ptr_or_null<T>(pos_weight);
+      const T* gp = static_cast<const T*>(grad.data_ptr());
+      const bool full = grad.numel() == n && n != 1;
+      T* gxp = gx.defined() ? static_cast<T*>(gx.data_ptr()) : nullptr;
+      T* gyp = gy.defined() ? static_cast<T*>(gy.data_ptr()) : nullptr;
+      parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
-          for (int64_t i = lo; i < hi; ++i) {
-            A dx, dy;
-            Fn::grad(A(xp[i]), A(yp[i]), pp ? A(pp[i]) : A(1), A(beta), dx, dy);
-            A k = A(scale) * A(gp[full ? i : 0]);
-            if (wp) k *= A(wp[i]);
-            if (gxp) gxp[i] = T(k * dx);
-            if (gyp) gyp[i] = T(k * dy);
-          }
-        });
+        for (int64_t i = lo; i < hi; ++i) {
+          A dx, dy;
+          Fn::grad(A(xp[i]), A(yp[i]), pp ? A(pp[i]) : A(1), A(beta), dx, dy);
+          A k = A(scale) * A(gp[full ? i : 0]);
+          if (wp) k *= A(wp[i]);
+          if (gxp) gxp[i] = T(k * dx);
+          if (gyp) gyp[i] = T(k * dy);
+        }
       });
-    }
-  });
+    });
+    });
 }
 
 bool all_probabilities(const Tensor& x) {

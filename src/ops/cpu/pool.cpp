@@ -18,14 +18,6 @@ namespace {
 // Planes per parallel task: about 32K elements of input each.
 int64_t plane_grain(int64_t plane) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(plane, 1)); }
 
-template <class Fn>
-void floating(DType t, Fn&& fn) {
-  dispatch(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (is_floating(dtype_v<T>)) fn(tag);
-  });
-}
-
 // mask ? a : b for a mask of all ones or all zeros, without a branch.
 template <class A>
 A select_bits(int64_t mask, A a, A b) {
@@ -40,7 +32,7 @@ void max_pool2d(const MaxPoolGeom& g, const Tensor& x_in, const Tensor& out, con
   if (out.numel() == 0) return;
   constexpr int64_t kLanes = 8;
   Tensor x = x_in.contiguous();
-  floating(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* xp = static_cast<const T*>(x.data_ptr());
@@ -129,7 +121,7 @@ void max_pool2d_backward(const MaxPoolGeom& g, const Tensor& grad_out, const Ten
                          const Tensor& grad_in) {
   if (grad_in.numel() == 0) return;
   Tensor go = grad_out.contiguous(), idx = indices_in.contiguous();
-  floating(grad_in.dtype(), [&](auto tag) {
+  dispatch_floating(grad_in.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* gp = static_cast<const T*>(go.data_ptr());
@@ -152,7 +144,7 @@ void avg_pool2d(const AvgWindows& w, const Tensor& x_in, const Tensor& out) {
   if (out.numel() == 0) return;
   Tensor x = x_in.contiguous();
   const int64_t OH = w.OH(), OW = w.OW();
-  floating(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* xp = static_cast<const T*>(x.data_ptr());
@@ -184,7 +176,7 @@ void avg_pool2d_backward(const AvgWindows& w, const Tensor& grad_out, const Tens
   if (grad_in.numel() == 0) return;
   Tensor go = grad_out.contiguous();
   const int64_t OH = w.OH(), OW = w.OW(), plane = w.H * w.W;
-  floating(grad_in.dtype(), [&](auto tag) {
+  dispatch_floating(grad_in.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* gp = static_cast<const T*>(go.data_ptr());
@@ -216,7 +208,7 @@ namespace ref {
 
 void max_pool2d(const MaxPoolGeom& g, const Tensor& x_in, const Tensor& out, const Tensor& indices) {
   Tensor x = x_in.contiguous();
-  floating(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* op = static_cast<T*>(out.data_ptr());
@@ -243,7 +235,7 @@ void avg_pool2d(const Tensor& x_in, const Tensor& out, int64_t kh, int64_t kw, i
                 int64_t pw, bool count_include_pad) {
   Tensor x = x_in.contiguous();
   const int64_t N = x.shape()[0], H = x.shape()[1], W = x.shape()[2], OH = out.shape()[1], OW = out.shape()[2];
-  floating(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* op = static_cast<T*>(out.data_ptr());
@@ -267,7 +259,7 @@ void avg_pool2d(const Tensor& x_in, const Tensor& out, int64_t kh, int64_t kw, i
 void adaptive_avg_pool2d(const Tensor& x_in, const Tensor& out) {
   Tensor x = x_in.contiguous();
   const int64_t N = x.shape()[0], H = x.shape()[1], W = x.shape()[2], OH = out.shape()[1], OW = out.shape()[2];
-  floating(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* op = static_cast<T*>(out.data_ptr());

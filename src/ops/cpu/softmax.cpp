@@ -132,124 +132,116 @@ A lse_finish(A m, A s) { return std::log(s) + (std::isinf(m) ? A(0) : m); }
 void softmax(const Tensor& x, int64_t dim, const Tensor& out, bool log) {
   Rows R = rows_around(x, dim);
   if (R.n == 0 || x.numel() == 0) return;
-  dispatch(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_floating(dtype_v<T>)) {
-      const T* xp = static_cast<const T*>(R.c.data_ptr());
-      T* op = static_cast<T*>(out.data_ptr());
-      auto go = [&](auto log_tag) {
-        constexpr bool Log = decltype(log_tag)::value;
-        if (R.inner == 1) {
-          parallel_for(0, R.outer, std::max<int64_t>(1, kGrain / R.n), [&](int64_t lo, int64_t hi) {
-            for (int64_t o = lo; o < hi; ++o) softmax_row<T, Log>(xp + o * R.n, op + o * R.n, R.n);
-          });
-          return;
-        }
-        constexpr int W = 16;
-        const int64_t tiles = (R.inner + W - 1) / W;
-        parallel_for(0, R.outer * tiles, std::max<int64_t>(1, kGrain / (R.n * W)), [&](int64_t lo, int64_t hi) {
-          for (int64_t u = lo; u < hi; ++u) {
-            int64_t o = u / tiles, t = u % tiles;
-            int g = int(std::min<int64_t>(W, R.inner - t * W));
-            int64_t off = o * R.n * R.inner + t * W;
-            softmax_tile<T, Log, W>(xp + off, op + off, R.n, R.inner, g);
-          }
-        });
-      };
-      if (log) go(std::true_type{});
-      else go(std::false_type{});
-    }
-  });
-}
-
-void logsumexp(const Tensor& x, int64_t dim, const Tensor& out) {
-  Rows R = rows_around(x, dim);
-  if (out.numel() == 0) return;
-  dispatch(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (is_floating(dtype_v<T>)) {
-      using A = acc_t<T>;
-      const T* xp = static_cast<const T*>(R.c.data_ptr());
-      T* op = static_cast<T*>(out.data_ptr());
+    const T* xp = static_cast<const T*>(R.c.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    auto go = [&](auto log_tag) {
+      constexpr bool Log = decltype(log_tag)::value;
       if (R.inner == 1) {
-        parallel_for(0, R.outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(R.n, 1)), [&](int64_t lo, int64_t hi) {
-          for (int64_t o = lo; o < hi; ++o) {
-            const T* row = xp + o * R.n;
-            A m = row_max(row, R.n);
-            A shift = std::isinf(m) ? A(0) : m;
-            op[o] = T(lse_finish(m, row_exp_sum<false>(row, R.n, shift, static_cast<T*>(nullptr))));
-          }
+        parallel_for(0, R.outer, std::max<int64_t>(1, kGrain / R.n), [&](int64_t lo, int64_t hi) {
+          for (int64_t o = lo; o < hi; ++o) softmax_row<T, Log>(xp + o * R.n, op + o * R.n, R.n);
         });
         return;
       }
       constexpr int W = 16;
       const int64_t tiles = (R.inner + W - 1) / W;
-      parallel_for(0, R.outer * tiles, std::max<int64_t>(1, kGrain / (std::max<int64_t>(R.n, 1) * W)),
-                   [&](int64_t lo, int64_t hi) {
+      parallel_for(0, R.outer * tiles, std::max<int64_t>(1, kGrain / (R.n * W)), [&](int64_t lo, int64_t hi) {
         for (int64_t u = lo; u < hi; ++u) {
           int64_t o = u / tiles, t = u % tiles;
           int g = int(std::min<int64_t>(W, R.inner - t * W));
-          const T* base = xp + o * R.n * R.inner + t * W;
-          A m[W], shift[W];
-          double s[W] = {};
-          for (int j = 0; j < W; ++j) m[j] = -std::numeric_limits<A>::infinity();
-          for (int64_t r = 0; r < R.n; ++r) {
-#pragma omp simd
-            for (int j = 0; j < g; ++j) m[j] = max_nan(m[j], A(base[r * R.inner + j]));
-          }
-          for (int j = 0; j < W; ++j) shift[j] = std::isinf(m[j]) ? A(0) : m[j];
-          for (int64_t r = 0; r < R.n; ++r) {
-#pragma omp simd
-            for (int j = 0; j < g; ++j) s[j] += double(vexp(A(base[r * R.inner + j]) - shift[j]));
-          }
-          for (int j = 0; j < g; ++j) op[o * R.inner + t * W + j] = T(lse_finish(m[j], A(s[j])));
+          int64_t off = o * R.n * R.inner + t * W;
+          softmax_tile<T, Log, W>(xp + off, op + off, R.n, R.inner, g);
         }
       });
+    };
+    if (log) go(std::true_type{});
+    else go(std::false_type{});
+    });
+}
+
+void logsumexp(const Tensor& x, int64_t dim, const Tensor& out) {
+  Rows R = rows_around(x, dim);
+  if (out.numel() == 0) return;
+  dispatch_floating(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* xp = static_cast<const T*>(R.c.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    if (R.inner == 1) {
+      parallel_for(0, R.outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(R.n, 1)), [&](int64_t lo, int64_t hi) {
+        for (int64_t o = lo; o < hi; ++o) {
+          const T* row = xp + o * R.n;
+          A m = row_max(row, R.n);
+          A shift = std::isinf(m) ? A(0) : m;
+          op[o] = T(lse_finish(m, row_exp_sum<false>(row, R.n, shift, static_cast<T*>(nullptr))));
+        }
+      });
+      return;
     }
-  });
+    constexpr int W = 16;
+    const int64_t tiles = (R.inner + W - 1) / W;
+    parallel_for(0, R.outer * tiles, std::max<int64_t>(1, kGrain / (std::max<int64_t>(R.n, 1) * W)),
+                 [&](int64_t lo, int64_t hi) {
+      for (int64_t u = lo; u < hi; ++u) {
+        int64_t o = u / tiles, t = u % tiles;
+        int g = int(std::min<int64_t>(W, R.inner - t * W));
+        const T* base = xp + o * R.n * R.inner + t * W;
+        A m[W], shift[W];
+        double s[W] = {};
+        for (int j = 0; j < W; ++j) m[j] = -std::numeric_limits<A>::infinity();
+        for (int64_t r = 0; r < R.n; ++r) {
+#pragma omp simd
+          for (int j = 0; j < g; ++j) m[j] = max_nan(m[j], A(base[r * R.inner + j]));
+        }
+        for (int j = 0; j < W; ++j) shift[j] = std::isinf(m[j]) ? A(0) : m[j];
+        for (int64_t r = 0; r < R.n; ++r) {
+#pragma omp simd
+          for (int j = 0; j < g; ++j) s[j] += double(vexp(A(base[r * R.inner + j]) - shift[j]));
+        }
+        for (int j = 0; j < g; ++j) op[o * R.inner + t * W + j] = T(lse_finish(m[j], A(s[j])));
+      }
+    });
+    });
 }
 
 namespace ref {
 
 void softmax(const Tensor& x, int64_t dim, const Tensor& out, bool log) {
   Rows R = rows_around(x, dim);
-  dispatch(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_floating(dtype_v<T>)) {
-      const T* xp = static_cast<const T*>(R.c.data_ptr());
-      T* op = static_cast<T*>(out.data_ptr());
-      for (int64_t o = 0; o < R.outer; ++o)
-        for (int64_t i = 0; i < R.inner; ++i) {
-          auto at = [&](int64_t r) { return o * R.n * R.inner + r * R.inner + i; };
-          double m = -INFINITY, s = 0;
-          for (int64_t r = 0; r < R.n; ++r) m = std::max(m, double(xp[at(r)]));
-          for (int64_t r = 0; r < R.n; ++r) s += std::exp(double(xp[at(r)]) - m);
-          for (int64_t r = 0; r < R.n; ++r) {
-            double v = double(xp[at(r)]) - m;
-            op[at(r)] = T(log ? v - std::log(s) : std::exp(v) / s);
-          }
+    const T* xp = static_cast<const T*>(R.c.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    for (int64_t o = 0; o < R.outer; ++o)
+      for (int64_t i = 0; i < R.inner; ++i) {
+        auto at = [&](int64_t r) { return o * R.n * R.inner + r * R.inner + i; };
+        double m = -INFINITY, s = 0;
+        for (int64_t r = 0; r < R.n; ++r) m = std::max(m, double(xp[at(r)]));
+        for (int64_t r = 0; r < R.n; ++r) s += std::exp(double(xp[at(r)]) - m);
+        for (int64_t r = 0; r < R.n; ++r) {
+          double v = double(xp[at(r)]) - m;
+          op[at(r)] = T(log ? v - std::log(s) : std::exp(v) / s);
         }
-    }
-  });
+      }
+    });
 }
 
 void logsumexp(const Tensor& x, int64_t dim, const Tensor& out) {
   Rows R = rows_around(x, dim);
-  dispatch(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_floating(dtype_v<T>)) {
-      const T* xp = static_cast<const T*>(R.c.data_ptr());
-      T* op = static_cast<T*>(out.data_ptr());
-      for (int64_t o = 0; o < R.outer; ++o)
-        for (int64_t i = 0; i < R.inner; ++i) {
-          double m = -INFINITY, s = 0;
-          for (int64_t r = 0; r < R.n; ++r) m = std::max(m, double(xp[(o * R.n + r) * R.inner + i]));
-          double shift = std::isinf(m) ? 0.0 : m;
-          for (int64_t r = 0; r < R.n; ++r) s += std::exp(double(xp[(o * R.n + r) * R.inner + i]) - shift);
-          op[o * R.inner + i] = T(std::log(s) + shift);
-        }
-    }
-  });
+    const T* xp = static_cast<const T*>(R.c.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    for (int64_t o = 0; o < R.outer; ++o)
+      for (int64_t i = 0; i < R.inner; ++i) {
+        double m = -INFINITY, s = 0;
+        for (int64_t r = 0; r < R.n; ++r) m = std::max(m, double(xp[(o * R.n + r) * R.inner + i]));
+        double shift = std::isinf(m) ? 0.0 : m;
+        for (int64_t r = 0; r < R.n; ++r) s += std::exp(double(xp[(o * R.n + r) * R.inner + i]) - shift);
+        op[o * R.inner + i] = T(std::log(s) + shift);
+      }
+    });
 }
 
 }  // namespace ref
