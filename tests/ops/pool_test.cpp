@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "src/ops/cpu/pool.h"
+#include "tests/ops/window_args.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -13,8 +14,6 @@ namespace {
 using nlohmann::json;
 using namespace testing;
 
-Size2 size2(const json& j) { return j.is_array() ? Size2(j[0].get<int64_t>(), j[1].get<int64_t>()) : Size2(j.get<int64_t>()); }
-int64_t int1(const json& j) { return j.is_array() ? j[0].get<int64_t>() : j.get<int64_t>(); }
 
 // (values, indices or undefined) of the kiln op a golden case names.
 std::pair<Tensor, Tensor> call_pool(const std::string& op, const json& a, const Tensor& x) {
