@@ -10,6 +10,7 @@
 namespace kiln {
 
 enum class DType : uint8_t { boolean, u8, i32, i64, bf16, f32, f64 };
+inline constexpr int kNumDTypes = int(DType::f64) + 1;
 
 inline constexpr DType kBool = DType::boolean;
 inline constexpr DType kU8 = DType::u8;

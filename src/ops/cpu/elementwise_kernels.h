@@ -4,6 +4,9 @@
 // unary.cpp and elementwise_ref.cpp instantiate them.
 #pragma once
 
+#include <memory>
+
+#include "kiln/core/storage.h"
 #include "src/ops/cpu/elementwise_loops.h"
 #include "src/ops/cpu/elementwise_ops.h"
 
@@ -35,8 +38,20 @@ struct RefLoops {
 
 // A one-element tensor of dtype `t` holding s: a scalar operand that the loops
 // read with stride 0, so scalar forms reuse the tensor-tensor instantiations.
+// One per thread and dtype, over thread-local memory and rewritten at each
+// call (kernels read it only while they run): a scalar op allocates nothing
+// beyond its output, and the caching allocator's counters never see it.
 inline Tensor scalar_operand(Scalar s, DType t) {
-  Tensor v = Tensor::empty({}, t);
+  struct Slots {
+    alignas(8) unsigned char bytes[kNumDTypes][8];
+    Tensor tensors[kNumDTypes];
+  };
+  thread_local Slots slots;
+  Tensor& v = slots.tensors[size_t(t)];
+  if (!v.defined()) {
+    auto storage = std::make_shared<Storage>(slots.bytes[size_t(t)], 8, kCPU, [](void*, void*) {}, nullptr);
+    v = Tensor::make_view(std::move(storage), {}, {}, 0, t);
+  }
   dispatch(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     *static_cast<T*>(v.data_ptr()) = s.to<T>();
