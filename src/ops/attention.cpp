@@ -13,6 +13,7 @@
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
+#include "src/ops/checks.h"
 #include "src/ops/cpu/attention.h"
 
 namespace kiln {
@@ -30,9 +31,9 @@ struct Problem {
 };
 
 Problem check(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
-  KILN_CHECK(q.defined(), kOp, "q is an undefined tensor");
-  KILN_CHECK(k.defined(), kOp, "k is an undefined tensor");
-  KILN_CHECK(v.defined(), kOp, "v is an undefined tensor");
+  check_defined(kOp, q, "q");
+  check_defined(kOp, k, "k");
+  check_defined(kOp, v, "v");
   KILN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, kOp,
              "q, k and v must be 4-D [B, H, T, D], got q {}, k {} and v {}", to_string(q.shape()),
              to_string(k.shape()), to_string(v.shape()));
@@ -192,7 +193,7 @@ Tensor causal_mask(int64_t Tq, int64_t Tk) {
 }
 
 Tensor padding_mask(const Tensor& valid) {
-  KILN_CHECK(valid.defined(), "padding_mask", "valid is an undefined tensor");
+  check_defined("padding_mask", valid, "valid");
   KILN_CHECK(valid.dtype() == kBool && valid.dim() == 2, "padding_mask",
              "valid must be a bool [B, T] tensor (true = a real token), got {} {}", to_string(valid.shape()),
              name(valid.dtype()));

@@ -15,6 +15,7 @@
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
+#include "src/ops/checks.h"
 #include "src/ops/cpu/conv.h"
 
 namespace kiln {
@@ -107,8 +108,8 @@ std::string dims_str(const Spatial& s, int nsp) {
 
 void check_common(const char* op, const Tensor& x, const Tensor& w, const Tensor& bias, int nsp, int64_t groups,
                   const Spatial& stride, const Spatial& dilation) {
-  KILN_CHECK(x.defined(), op, "input is an undefined tensor");
-  KILN_CHECK(w.defined(), op, "weight is an undefined tensor");
+  check_defined(op, x);
+  check_defined(op, w, "weight");
   KILN_CHECK(x.dim() == nsp + 1 || x.dim() == nsp + 2, op,
              "input {} must be {}-D (batched [B, C, {}]) or {}-D (unbatched), got {}-D", to_string(x.shape()),
              nsp + 2, nsp == 1 ? "L" : "H, W", nsp + 1, x.dim());

@@ -9,11 +9,12 @@
 #include "kiln/ops/creation.h"
 #include "kiln/ops/random.h"
 #include "kiln/ops/record.h"
+#include "src/ops/checks.h"
 
 namespace kiln {
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
-  KILN_CHECK(x.defined(), "dropout", "input is an undefined tensor");
+  check_defined("dropout", x);
   KILN_CHECK(is_floating(x.dtype()), "dropout", "expects a floating input (f32, f64, bf16), got {} {}",
              name(x.dtype()), to_string(x.shape()));
   KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout", "probability p must be in [0, 1], got {}", p);

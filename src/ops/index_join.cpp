@@ -6,6 +6,7 @@
 #include "kiln/ops/index.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
+#include "src/ops/checks.h"
 #include "src/ops/cpu/copy.h"
 #include "src/ops/cpu/index.h"
 
@@ -130,7 +131,7 @@ std::vector<Tensor> pieces(const char* op, const Tensor& x, int64_t d, const std
 }
 
 int64_t split_dim(const char* op, const Tensor& x, int64_t dim) {
-  KILN_CHECK(x.defined(), op, "input is an undefined tensor");
+  check_defined(op, x);
   KILN_CHECK(x.dim() > 0, op, "cannot split a 0-dim tensor");
   return wrap_dim(op, dim, x.dim());
 }
@@ -177,7 +178,7 @@ std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
 }
 
 Tensor flip(const Tensor& x, const Shape& dims) {
-  KILN_CHECK(x.defined(), "flip", "input is an undefined tensor");
+  check_defined("flip", x);
   // Reading x through negative strides and copying gives the flipped tensor.
   Strides st = x.strides();
   int64_t off = x.storage_offset();
@@ -197,7 +198,7 @@ Tensor flip(const Tensor& x, const Shape& dims) {
 }
 
 Tensor roll(const Tensor& x, int64_t shift, int64_t dim) {
-  KILN_CHECK(x.defined(), "roll", "input is an undefined tensor");
+  check_defined("roll", x);
   int64_t d = wrap_dim("roll", dim, x.dim());
   if (x.dim() == 0) return clone(x);
   int64_t n = x.shape()[size_t(d)];
@@ -208,13 +209,13 @@ Tensor roll(const Tensor& x, int64_t shift, int64_t dim) {
 }
 
 Tensor roll(const Tensor& x, int64_t shift) {
-  KILN_CHECK(x.defined(), "roll", "input is an undefined tensor");
+  check_defined("roll", x);
   if (x.dim() == 1) return roll(x, shift, 0);
   return reshape(roll(flatten(x), shift, 0), x.shape());
 }
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pad_, Scalar value) {
-  KILN_CHECK(x.defined(), "pad", "input is an undefined tensor");
+  check_defined("pad", x);
   const int64_t nd = x.dim(), pairs = int64_t(pad_.size()) / 2;
   KILN_CHECK(pad_.size() % 2 == 0, "pad", "padding {} has odd length {}; it must be (lo, hi) pairs",
              to_string(Shape(pad_)), pad_.size());
@@ -248,7 +249,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad_, Scalar value) {
 }
 
 Tensor repeat(const Tensor& x, const Shape& repeats) {
-  KILN_CHECK(x.defined(), "repeat", "input is an undefined tensor");
+  check_defined("repeat", x);
   const int64_t nr = int64_t(repeats.size()), lead = nr - x.dim();
   KILN_CHECK(lead >= 0, "repeat", "{} repeats {} given for input {} with {} dims; need at least {}", nr,
              to_string(repeats), to_string(x.shape()), x.dim(), x.dim());
@@ -269,7 +270,7 @@ Tensor repeat(const Tensor& x, const Shape& repeats) {
 
 namespace {
 Tensor triangle(const char* op, const Tensor& x, int64_t k, bool lower) {
-  KILN_CHECK(x.defined(), op, "input is an undefined tensor");
+  check_defined(op, x);
   KILN_CHECK(x.dim() >= 2, op, "input {} has {} dims, expected at least 2", to_string(x.shape()), x.dim());
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   cpu::triangle(x, k, lower, out);

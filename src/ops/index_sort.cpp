@@ -3,6 +3,7 @@
 #include "kiln/ops/creation.h"
 #include "kiln/ops/index.h"
 #include "kiln/ops/record.h"
+#include "src/ops/checks.h"
 #include "src/ops/cpu/index.h"
 
 namespace kiln {
@@ -28,7 +29,7 @@ std::pair<Tensor, Tensor> sorted_prefix(const char* op, const Tensor& x, int64_t
   return {values, indices};
 }
 
-void check_input(const char* op, const Tensor& x) { KILN_CHECK(x.defined(), op, "input is an undefined tensor"); }
+void check_input(const char* op, const Tensor& x) { check_defined(op, x); }
 
 }  // namespace
 

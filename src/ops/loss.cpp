@@ -12,6 +12,7 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
+#include "src/ops/checks.h"
 #include "src/ops/cpu/loss.h"
 
 namespace kiln {
@@ -33,8 +34,8 @@ Tensor scalar_like(double v, DType dtype) { return full({}, v, {.dtype = dtype})
 Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Tensor& mask,
                           const CrossEntropyOptions& opts) {
   const char* op = "cross_entropy";
-  KILN_CHECK(logits.defined(), op, "logits is an undefined tensor");
-  KILN_CHECK(targets.defined(), op, "targets is an undefined tensor");
+  check_defined(op, logits, "logits");
+  check_defined(op, targets, "targets");
   KILN_CHECK(is_floating(logits.dtype()), op, "expects floating logits (f32, f64, bf16), got {} {}",
              name(logits.dtype()), to_string(logits.shape()));
   KILN_CHECK(logits.dim() >= 1, op, "logits must have a class dim, got a scalar");
@@ -165,8 +166,8 @@ std::pair<Tensor, Tensor> pointwise_grads(cpu::PointwiseLoss kind, double beta, 
 Tensor pointwise_impl(const char* op, cpu::PointwiseLoss kind, const Tensor& x, const Tensor& y, const Tensor& weight,
                       const Tensor& pos_weight, Reduction reduction, double beta) {
   using K = cpu::PointwiseLoss;
-  KILN_CHECK(x.defined(), op, "input is an undefined tensor");
-  KILN_CHECK(y.defined(), op, "target is an undefined tensor");
+  check_defined(op, x);
+  check_defined(op, y, "target");
   KILN_CHECK(is_floating(x.dtype()), op, "expects a floating input (f32, f64, bf16), got {} {}", name(x.dtype()),
              to_string(x.shape()));
   KILN_CHECK(y.dtype() == x.dtype(), op, "target has dtype {} but input has dtype {}", name(y.dtype()),

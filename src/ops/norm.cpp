@@ -13,6 +13,7 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
+#include "src/ops/checks.h"
 #include "src/ops/cpu/norm.h"
 
 namespace kiln {
@@ -50,7 +51,7 @@ void check_param(const char* op, const char* what, const Tensor& p, const Shape&
 
 Tensor layer_norm_impl(const char* op, const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                        const Tensor& bias, double eps, bool rms) {
-  KILN_CHECK(x.defined(), op, "input is an undefined tensor");
+  check_defined(op, x);
   KILN_CHECK(is_floating(x.dtype()), op, "expects a floating input (f32, f64, bf16), got {} {}", name(x.dtype()),
              to_string(x.shape()));
   const int64_t k = int64_t(normalized_shape.size());
@@ -117,7 +118,7 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, BatchNormOptions opts) {
   const char* op = "batch_norm";
-  KILN_CHECK(x.defined(), op, "input is an undefined tensor");
+  check_defined(op, x);
   KILN_CHECK(is_floating(x.dtype()), op, "expects a floating input (f32, f64, bf16), got {} {}", name(x.dtype()),
              to_string(x.shape()));
   KILN_CHECK(x.dim() >= 2, op, "expects input [B, C], [B, C, L] or [B, C, H, W], got {}", to_string(x.shape()));

@@ -10,6 +10,7 @@
 #include "kiln/ops/index.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
+#include "src/ops/checks.h"
 #include "src/ops/cpu/pool.h"
 
 namespace kiln {
@@ -32,7 +33,7 @@ struct Lifted {
 };
 
 Lifted lift_input(const char* op, const Tensor& x, int nsp) {
-  KILN_CHECK(x.defined(), op, "input is an undefined tensor");
+  check_defined(op, x);
   KILN_CHECK(x.dim() == nsp + 1 || x.dim() == nsp + 2, op,
              "input {} must be {}-D (batched [B, C, {}]) or {}-D (unbatched), got {}-D", to_string(x.shape()),
              nsp + 2, nsp == 1 ? "L" : "H, W", nsp + 1, x.dim());

@@ -4,6 +4,7 @@
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/unary.h"
+#include "src/ops/checks.h"
 #include "src/ops/cpu/reduce.h"
 
 namespace kiln {
@@ -11,7 +12,7 @@ namespace kiln {
 namespace {
 
 Tensor softmax_impl(const char* op, const Tensor& x, int64_t dim, bool log) {
-  KILN_CHECK(x.defined(), op, "input is an undefined tensor");
+  check_defined(op, x);
   KILN_CHECK(is_floating(x.dtype()), op, "expects a floating input, got {} {}", name(x.dtype()),
              to_string(x.shape()));
   int64_t d = wrap_dim(op, dim, x.dim());

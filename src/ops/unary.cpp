@@ -9,6 +9,7 @@
 #include "kiln/ops/promotion.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
+#include "src/ops/checks.h"
 #include "src/ops/cpu/elementwise.h"
 
 namespace kiln {
@@ -20,7 +21,7 @@ namespace {
 
 /// out = op(x) in dtype t (x converted when needed).
 Tensor unary_forward(const char* op, UnaryOp k, const Tensor& x, DType t, OpParams p = {}) {
-  KILN_CHECK(x.defined(), op, "x is an undefined tensor");
+  check_defined(op, x, "x");
   Tensor out = Tensor::empty(x.shape(), t, x.device());
   if (x.dtype() == t) cpu::unary(k, out, x, p);
   else cpu::unary(k, out, cpu::convert(x, t), p);
@@ -31,7 +32,7 @@ Tensor unary_forward(const char* op, UnaryOp k, const Tensor& x, DType t, OpPara
 DType float_type(DType t) { return is_floating(t) ? t : kF32; }
 
 Tensor float_forward(const char* op, UnaryOp k, const Tensor& x, OpParams p = {}) {
-  KILN_CHECK(x.defined(), op, "x is an undefined tensor");
+  check_defined(op, x, "x");
   return unary_forward(op, k, x, float_type(x.dtype()), p);
 }
 
@@ -52,7 +53,7 @@ void record_zero_grad(const char* op, const Tensor& x, const Tensor& out) {
 }
 
 void check_inplace_unary(const char* op, const Tensor& x, DType result) {
-  KILN_CHECK(x.defined(), op, "self is an undefined tensor");
+  check_defined(op, x, "self");
   KILN_CHECK(can_cast(result, x.dtype()), op, "result type {} can't be cast to the desired output type {}",
              name(result), name(x.dtype()));
   for (int64_t d = 0; d < x.dim(); ++d)
@@ -94,7 +95,7 @@ Tensor clamp_mask(const Tensor& x, const std::optional<Scalar>& lo, const std::o
 // ---- ops ----
 
 Tensor neg(const Tensor& x) {
-  KILN_CHECK(x.defined(), "neg", "x is an undefined tensor");
+  check_defined("neg", x, "x");
   KILN_CHECK(x.dtype() != kBool, "neg", "negation of a bool tensor of shape {} is not supported; use logical_not",
              to_string(x.shape()));
   Tensor out = unary_forward("neg", UnaryOp::neg, x, x.dtype());
@@ -105,7 +106,7 @@ Tensor neg(const Tensor& x) {
 Tensor operator-(const Tensor& a) { return neg(a); }
 
 Tensor abs(const Tensor& x) {
-  KILN_CHECK(x.defined(), "abs", "x is an undefined tensor");
+  check_defined("abs", x, "x");
   Tensor out = unary_forward("abs", UnaryOp::abs, x, x.dtype());
   if (needs_grad(x))
     record("abs", {x}, {out}, {x}, [](const VjpArgs& v) -> Grads { return {mul(v.grad(), sign(v.saved[0]))}; });
@@ -208,7 +209,7 @@ Tensor erf(const Tensor& x) {
 }
 
 Tensor relu(const Tensor& x) {
-  KILN_CHECK(x.defined(), "relu", "x is an undefined tensor");
+  check_defined("relu", x, "x");
   Tensor out = unary_forward("relu", UnaryOp::relu, x, x.dtype());
   if (needs_grad(x))
     record("relu", {x}, {out}, {out}, [](const VjpArgs& v) -> Grads { return {relu_backward(v.grad(), v.saved[0])}; });
@@ -282,35 +283,35 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
 }
 
 Tensor sign(const Tensor& x) {
-  KILN_CHECK(x.defined(), "sign", "x is an undefined tensor");
+  check_defined("sign", x, "x");
   Tensor out = unary_forward("sign", UnaryOp::sign, x, x.dtype());
   record_zero_grad("sign", x, out);
   return out;
 }
 
 Tensor floor(const Tensor& x) {
-  KILN_CHECK(x.defined(), "floor", "x is an undefined tensor");
+  check_defined("floor", x, "x");
   Tensor out = unary_forward("floor", UnaryOp::floor, x, x.dtype());
   record_zero_grad("floor", x, out);
   return out;
 }
 
 Tensor ceil(const Tensor& x) {
-  KILN_CHECK(x.defined(), "ceil", "x is an undefined tensor");
+  check_defined("ceil", x, "x");
   Tensor out = unary_forward("ceil", UnaryOp::ceil, x, x.dtype());
   record_zero_grad("ceil", x, out);
   return out;
 }
 
 Tensor round(const Tensor& x) {
-  KILN_CHECK(x.defined(), "round", "x is an undefined tensor");
+  check_defined("round", x, "x");
   Tensor out = unary_forward("round", UnaryOp::round, x, x.dtype());
   record_zero_grad("round", x, out);
   return out;
 }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
-  KILN_CHECK(x.defined(), "clamp", "x is an undefined tensor");
+  check_defined("clamp", x, "x");
   KILN_CHECK(min || max, "clamp", "at least one of min and max must be given");
   DType t = min && max ? result_type(x, *min, *max) : result_type(x, min ? *min : *max);
   Tensor out = Tensor::empty(x.shape(), t, x.device());
@@ -328,7 +329,7 @@ Tensor clamp_max(const Tensor& x, Scalar max) { return clamp(x, std::nullopt, ma
 // ---- in place ----
 
 Tensor neg_(const Tensor& x) {
-  KILN_CHECK(x.defined(), "neg_", "self is an undefined tensor");
+  check_defined("neg_", x, "self");
   KILN_CHECK(x.dtype() != kBool, "neg_", "negation of a bool tensor of shape {} is not supported; use logical_not",
              to_string(x.shape()));
   check_inplace_unary("neg_", x, x.dtype());
@@ -339,7 +340,7 @@ Tensor neg_(const Tensor& x) {
 }
 
 Tensor exp_(const Tensor& x) {
-  KILN_CHECK(x.defined(), "exp_", "self is an undefined tensor");
+  check_defined("exp_", x, "self");
   check_inplace_unary("exp_", x, float_type(x.dtype()));
   cpu::unary(UnaryOp::exp, x, x);
   x.storage()->bump_version();
@@ -348,7 +349,7 @@ Tensor exp_(const Tensor& x) {
 }
 
 Tensor sqrt_(const Tensor& x) {
-  KILN_CHECK(x.defined(), "sqrt_", "self is an undefined tensor");
+  check_defined("sqrt_", x, "self");
   check_inplace_unary("sqrt_", x, float_type(x.dtype()));
   cpu::unary(UnaryOp::sqrt, x, x);
   x.storage()->bump_version();
@@ -358,7 +359,7 @@ Tensor sqrt_(const Tensor& x) {
 }
 
 Tensor relu_(const Tensor& x) {
-  KILN_CHECK(x.defined(), "relu_", "self is an undefined tensor");
+  check_defined("relu_", x, "self");
   check_inplace_unary("relu_", x, x.dtype());
   cpu::unary(UnaryOp::relu, x, x);
   x.storage()->bump_version();
@@ -368,7 +369,7 @@ Tensor relu_(const Tensor& x) {
 }
 
 Tensor clamp_(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
-  KILN_CHECK(x.defined(), "clamp_", "self is an undefined tensor");
+  check_defined("clamp_", x, "self");
   KILN_CHECK(min || max, "clamp_", "at least one of min and max must be given");
   DType t = min && max ? result_type(x, *min, *max) : result_type(x, min ? *min : *max);
   check_inplace_unary("clamp_", x, t);
