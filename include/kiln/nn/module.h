@@ -1,0 +1,233 @@
+// nn::Module: the base of every layer and model (SPECS §1, spec 000 "Modules").
+//
+//   struct Mlp : nn::Module {
+//     nn::Shared<nn::Linear> fc1, fc2;
+//     explicit Mlp(const nn::Init& init)
+//         : fc1(register_module("fc1", nn::Linear(784, 256, init))),
+//           fc2(register_module("fc2", nn::Linear(256, 10, init))) {}
+//     Tensor forward(const Tensor& x) { return fc2(relu(fc1(x))); }
+//   };
+//
+// A module registers its children, parameters and buffers by name in its
+// constructor. register_module takes the child by value and returns a
+// Shared<M>: shared ownership, called like the module (`fc1(x)` calls
+// fc1->forward(x)). Registering the same Shared<M> in two places shares its
+// weights; every traversal de-duplicates by identity (M3). Names are the
+// canonical dotted paths of the traversal ("blocks.0.attn.qkv.weight"), equal to
+// PyTorch's keys for the same structure (M5). Modules are movable, not copyable:
+// sharing is always explicit.
+#pragma once
+
+#include <atomic>
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+#include "kiln/nn/parameter.h"
+#include "kiln/nn/state_dict.h"
+
+namespace kiln::nn {
+
+class Module;
+
+namespace detail {
+// "Linear" for kiln::nn::Linear: the demangled name without kiln's namespaces.
+std::string pretty_type_name(const std::type_info& type);
+}  // namespace detail
+
+template <class M>
+concept ModuleType = std::derived_from<M, Module>;
+
+// Shared ownership of a module, called like it.
+template <class M>
+class Shared {
+ public:
+  Shared() = default;
+  Shared(std::shared_ptr<M> p) : p_(std::move(p)) {}  // NOLINT: a Shared is a shared_ptr with a call operator
+  template <class D>
+    requires std::convertible_to<D*, M*>
+  Shared(const Shared<D>& other) : p_(other.ptr()) {}  // NOLINT: upcast
+
+  M* operator->() const { return p_.get(); }
+  M& operator*() const { return *p_; }
+  M* get() const { return p_.get(); }
+  const std::shared_ptr<M>& ptr() const { return p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) const {
+    return p_->forward(std::forward<Args>(args)...);
+  }
+
+ private:
+  std::shared_ptr<M> p_;
+};
+
+// A top-level model with a call operator: auto model = nn::make<Mlp>(rngs); model(x).
+template <ModuleType M, class... Args>
+Shared<M> make(Args&&... args) {
+  return Shared<M>(std::make_shared<M>(std::forward<Args>(args)...));
+}
+
+// The parameters of a module, live (handles to the module's own slots, M6), with
+// the names and the structure they were taken from. An optimizer keeps one and
+// calls check() before each step: a structural edit of the module (a child,
+// parameter or buffer registered later, a dtype cast) or a parameter whose
+// dtype or shape changed would strand the optimizer's state, so it is an error
+// (M9) instead of silent misbehaviour.
+class ParameterList {
+ public:
+  ParameterList() = default;
+  // Not bound to a module: check() compares dtypes and shapes only.
+  ParameterList(std::vector<Parameter> params);  // NOLINT: {p1, p2} reads naturally
+
+  size_t size() const { return params_.size(); }
+  bool empty() const { return params_.empty(); }
+  const Parameter& operator[](size_t i) const { return params_[i]; }
+  auto begin() const { return params_.begin(); }
+  auto end() const { return params_.end(); }
+  const std::vector<Parameter>& params() const { return params_; }
+  const std::vector<std::string>& names() const { return names_; }
+  int64_t numel() const;
+
+  void check(const char* op) const;
+
+ private:
+  friend class Module;
+  struct Seen {
+    DType dtype;
+    Shape shape;
+  };
+  struct Watch {
+    std::shared_ptr<const std::atomic<uint64_t>> version;
+    uint64_t seen;
+    std::string path;  // of the module watched, for the message
+  };
+  std::vector<Parameter> params_;
+  std::vector<std::string> names_;  // "#i" when unbound
+  std::vector<Seen> seen_;
+  std::vector<Watch> watches_;
+};
+
+struct LoadOptions {
+  // Missing or unexpected keys are errors. Shape and dtype mismatches are
+  // errors either way (as in PyTorch).
+  bool strict = true;
+  // The state dict comes from PyTorch: layers whose layout differs from
+  // PyTorch's convert (ConvTranspose weights [I, O, ...] -> kiln's [O, I, ...]).
+  bool torch_layout = false;
+};
+
+struct LoadResult {
+  std::vector<std::string> missing_keys;
+  std::vector<std::string> unexpected_keys;
+};
+
+class Module {
+ public:
+  Module();
+  virtual ~Module();
+  Module(Module&&) noexcept;
+  Module& operator=(Module&&) noexcept;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // ---- registration (in the constructor; later calls are structural edits) ----
+  // Names are non-empty, contain no '.', and are unique within the module.
+  template <ModuleType M>
+  Shared<M> register_module(std::string name, M&& module) {
+    static_assert(!std::is_lvalue_reference_v<M>, "pass a new module by value or a Shared<M> to share one");
+    return register_module(std::move(name), Shared<M>(std::make_shared<M>(std::move(module))));
+  }
+  template <ModuleType M>
+  Shared<M> register_module(std::string name, Shared<M> module) {
+    add_child(std::move(name), module.ptr());
+    return module;
+  }
+  // `value` becomes a leaf requiring grad; decay = false for biases and norm scales (M11).
+  Parameter register_parameter(std::string name, const Tensor& value, bool decay = true);
+  Parameter register_parameter(std::string name, Parameter param);  // shares an existing one (tied weights)
+  // State that never gets gradients and is not in the optimizer or the parameter
+  // count (M2); in the state dict unless persistent = false. Returned handle is
+  // the registered tensor itself (updated in place, e.g. running statistics).
+  Tensor register_buffer(std::string name, const Tensor& value, bool persistent = true);
+
+  // ---- traversal (M5, M6): depth-first in registration order ----
+  std::vector<std::pair<std::string, Parameter>> named_parameters(bool recurse = true) const;
+  ParameterList parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  // Includes this module as "" first, as PyTorch does.
+  std::vector<std::pair<std::string, Module*>> named_modules() const;
+  std::vector<std::pair<std::string, Module*>> named_children() const;
+  int64_t num_parameters() const;  // elements of the de-duplicated parameters
+
+  // ---- state (M7) ----
+  // Parameters and persistent buffers under every path (a shared module appears
+  // under each of its paths, as in PyTorch), as detached copies.
+  StateDict state_dict() const;
+  // Checks every key, shape and dtype before copying anything; on error the
+  // module is untouched and the message names each offending key.
+  LoadResult load_state_dict(const StateDict& state, const LoadOptions& options = {});
+
+  // ---- modes and bulk edits ----
+  Module& train(bool on = true);  // recursive; does not touch grad mode (M8)
+  Module& eval() { return train(false); }
+  bool is_training() const { return training_; }
+  Module& apply(const std::function<void(Module&)>& fn);  // children first, then this
+  Module& to(DType dtype);  // casts floating parameters and buffers in place (a structural edit)
+  Module& zero_grad();      // clears every parameter's grad
+  Module& requires_grad_(bool on = true);  // false freezes every parameter
+
+  // "Linear", "Mlp": for printing and messages.
+  virtual std::string type_name() const;
+  // Constructor arguments, for printing: "in_features=784, out_features=256, bias=true".
+  virtual std::string extra_repr() const { return {}; }
+  // A PyTorch-style tree of the module and its children.
+  std::string repr() const;
+
+  // How this module's own tensor `name` from a PyTorch state dict maps to kiln's
+  // layout (LoadOptions::torch_layout). Identity unless the layouts differ.
+  virtual Tensor from_torch(const std::string& name, const Tensor& value) const;
+
+ protected:
+  // Counts a structural edit; registration does it already.
+  void mark_edited();
+
+ private:
+  struct ParamEntry {
+    std::string name;
+    Parameter param;
+  };
+  struct BufferEntry {
+    std::string name;
+    Tensor value;
+    bool persistent;
+  };
+  struct ChildEntry {
+    std::string name;
+    std::shared_ptr<Module> module;
+  };
+
+  void add_child(std::string name, std::shared_ptr<Module> module);
+  void check_new_name(const char* op, const std::string& name) const;
+  template <class Fn>
+  void walk(const std::string& prefix, Fn&& fn, bool dedup) const;
+
+  std::vector<ParamEntry> params_;
+  std::vector<BufferEntry> buffers_;
+  std::vector<ChildEntry> children_;
+  bool training_ = true;
+  std::shared_ptr<std::atomic<uint64_t>> version_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Module& module);
+
+}  // namespace kiln::nn

@@ -1,0 +1,22 @@
+#include "kiln/nn/linear.h"
+
+#include <fmt/format.h>
+
+#include "kiln/core/error.h"
+#include "kiln/ops/linalg.h"
+
+namespace kiln::nn {
+
+Linear::Linear(int64_t in, int64_t out, const Init& init, bool with_bias) : in_features(in), out_features(out) {
+  KILN_CHECK(in > 0 && out > 0, "Linear", "in_features {} and out_features {} must be positive", in, out);
+  weight = register_parameter("weight", init.make_weight({out, in}, {in, out}));
+  if (with_bias) bias = register_parameter("bias", init.make_bias({out}, {in, out}));
+}
+
+Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+
+std::string Linear::extra_repr() const {
+  return fmt::format("in_features={}, out_features={}, bias={}", in_features, out_features, bias.defined());
+}
+
+}  // namespace kiln::nn
