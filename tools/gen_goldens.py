@@ -19,7 +19,9 @@ torch.set_num_threads(1)
 
 
 def main(argv):
-    names = argv or sorted(p.stem for p in (HERE / "goldens").glob("*.py") if p.stem not in ("common", "__init__"))
+    # common.py and *_util.py are helpers for the generators, not generators.
+    names = argv or sorted(p.stem for p in (HERE / "goldens").glob("*.py")
+                           if p.stem not in ("common", "__init__") and not p.stem.endswith("_util"))
     for name in names:
         module = importlib.import_module(f"goldens.{name}")
         module.generate()

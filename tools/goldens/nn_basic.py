@@ -1,0 +1,21 @@
+"""Parity goldens for Linear, the activations, Flatten and Sequential."""
+import torch
+
+from goldens import common
+from goldens.nn_util import parity_case
+
+
+def generate():
+    torch.manual_seed(0)
+    cases = [
+        parity_case("linear", torch.nn.Linear(5, 3), [common.randn(4, 5, seed=1).float()]),
+        parity_case("linear_3d_no_bias", torch.nn.Linear(5, 3, bias=False), [common.randn(2, 4, 5, seed=2).float()]),
+        parity_case("mlp", torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8),
+                                               torch.nn.GELU(), torch.nn.Linear(8, 8), torch.nn.Tanh(),
+                                               torch.nn.Linear(8, 8), torch.nn.Sigmoid(), torch.nn.Linear(8, 8),
+                                               torch.nn.SiLU(), torch.nn.Linear(8, 2)),
+                    [common.randn(3, 6, seed=3).float()]),
+        parity_case("flatten", torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 2)),
+                    [common.randn(2, 3, 2, 2, seed=4).float()]),
+    ]
+    common.dump("nn_basic", {"cases": cases})
