@@ -27,3 +27,4 @@
 #include "kiln/autograd/functional.h"
 #include "kiln/autograd/gradcheck.h"
 #include "kiln/autograd/gradient_tape.h"
+#include "kiln/io/safetensors.h"
