@@ -231,6 +231,17 @@ TEST_F(Safetensors, AcceptsUnpaddedHeadersAndAnyKeyOrder) {
   EXPECT_EQ(sd.keys(), (std::vector<std::string>{"a", "b"}));  // file (byte) order
   EXPECT_EQ(sd.at("b").dim(), 0);
   EXPECT_EQ(sd.at("b").item<float>(), 1.0f);
+
+  // Empty tensors share an offset; among them the header's order is kept.
+  write_bytes(path("e.safetensors"),
+              file_bytes(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                         R"("z":{"dtype":"F32","shape":[0,5],"data_offsets":[4,4]},)"
+                         R"("a":{"dtype":"I64","shape":[3,0],"data_offsets":[4,4]}})",
+                         std::string(4, '\0')));
+  sd = load_safetensors(path("e.safetensors"));
+  EXPECT_EQ(sd.keys(), (std::vector<std::string>{"w", "z", "a"}));
+  EXPECT_EQ(sd.at("a").shape(), (Shape{3, 0}));
+  EXPECT_EQ(sd.at("a").dtype(), kI64);
 }
 
 // ---- corrupt files: one test per check, each message names what is wrong
@@ -353,6 +364,8 @@ TEST_F(Safetensors, RejectsDuplicateNames) {
                     std::string(8, '\0'), "tensor 'a': duplicate name in the header");
   expect_load_error(R"({"a":{"dtype":"F32","dtype":"F64","shape":[1],"data_offsets":[0,4]}})", std::string(4, '\0'),
                     "tensor 'a': duplicate key 'dtype'");
+  expect_load_error(R"({"__metadata__":{"k":"1","k":"2"}})", "", "__metadata__: duplicate key 'k'");
+  expect_load_error(R"([{"k":1,"k":2}])", "", "duplicate key 'k' in the header");
 }
 
 TEST_F(Safetensors, RejectsBoolBytesOtherThanZeroOrOne) {
