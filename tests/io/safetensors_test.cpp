@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "src/io/safetensors_internal.h"
@@ -393,6 +394,38 @@ TEST_F(Safetensors, ValidatesTheWholeHeaderBeforeAllocating) {
   EXPECT_KILN_ERROR(load_safetensors(path("bad.safetensors")), "tensor 'bad': data_offsets [4194304, 4194312] hold 8");
   EXPECT_LT(memory_stats().peak_bytes - before, 4 * big);
   EXPECT_KILN_ERROR(read_safetensors_metadata(path("bad.safetensors")), "[read_safetensors_metadata] ");
+}
+
+// Any damage to a valid file either still loads (bytes of tensor data) or
+// throws kiln::Error: never a crash, a foreign exception or a read out of bounds.
+TEST_F(Safetensors, DamagedFilesLoadOrThrowKilnError) {
+  save_safetensors(path("ok.safetensors"), every_dtype(), {{"format", "pt"}});
+  const std::string good = read_bytes(path("ok.safetensors"));
+  auto try_load = [&](const std::string& bytes) {
+    write_bytes(path("d.safetensors"), bytes);
+    try {
+      nn::StateDict sd = load_safetensors(path("d.safetensors"));
+      int64_t total = 0;
+      for (const auto& [name, t] : sd) total += t.nbytes();
+      uint64_t n;
+      std::memcpy(&n, bytes.data(), 8);
+      EXPECT_EQ(uint64_t(total), bytes.size() - 8 - n);  // every byte accounted for
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  int loaded = 0, rejected = 0;
+  for (size_t len = 0; len < good.size(); len += 7) (try_load(good.substr(0, len)) ? loaded : rejected)++;
+  EXPECT_EQ(loaded, 0);  // every truncation is caught
+  std::mt19937 rng(123);
+  for (int i = 0; i < 400; ++i) {
+    std::string bad = good;
+    for (int k = 0; k < 1 + i % 3; ++k) bad[rng() % bad.size()] = char(rng());
+    (try_load(bad) ? loaded : rejected)++;
+  }
+  EXPECT_GT(loaded, 0);
+  EXPECT_GT(rejected, 0);
 }
 
 // ---- saving: argument errors and atomicity
