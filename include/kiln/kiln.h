@@ -35,3 +35,4 @@
 #include "kiln/nn/parameter.h"
 #include "kiln/nn/state_dict.h"
 #include "kiln/nn/transforms.h"
+#include "kiln/io/safetensors.h"

@@ -1,4 +1,5 @@
-// Uses an installed kiln: y = sum(x * x), dy/dx = 2x.
+// Uses an installed kiln: y = sum(x * x), dy/dx = 2x; the gradient survives a
+// safetensors round trip (links the io layer from the install tree).
 #include <kiln/kiln.h>
 
 #include <cstdio>
@@ -10,5 +11,8 @@ int main() {
   y.backward();
   auto g = x.grad().to_vector<float>();
   std::printf("consumer: y=%g grad=[%g, %g, %g]\n", y.item<float>(), g[0], g[1], g[2]);
-  return (y.item<float>() == 14.0f && g[0] == 2.0f && g[1] == 4.0f && g[2] == 6.0f) ? 0 : 1;
+  kiln::io::save_safetensors("consumer.safetensors", {{"grad", x.grad()}});
+  auto back = kiln::io::load_safetensors("consumer.safetensors").at("grad").to_vector<float>();
+  bool ok = y.item<float>() == 14.0f && g[0] == 2.0f && g[1] == 4.0f && g[2] == 6.0f && back == g;
+  return ok ? 0 : 1;
 }
