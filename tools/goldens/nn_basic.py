@@ -3,10 +3,18 @@ import torch
 
 from goldens import common
 from goldens.nn_util import parity_case
+from goldens.safetensors_util import save_safetensors
 
 
 def generate():
     torch.manual_seed(0)
+    # A CNN-shaped model's state_dict exported to safetensors, and what it computes:
+    # kiln loads the file by name and must give the same outputs (issue 4 item 4).
+    net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    x = common.randn(4, 6, seed=5).float()
+    save_safetensors(str(common.OUT / "nn_basic_mlp.safetensors"), net.state_dict(),
+                     metadata={"source": "torch " + torch.__version__})
+    exported = {"input": common.t(x), "output": common.t(net(x))}
     cases = [
         parity_case("linear", torch.nn.Linear(5, 3), [common.randn(4, 5, seed=1).float()]),
         parity_case("linear_3d_no_bias", torch.nn.Linear(5, 3, bias=False), [common.randn(2, 4, 5, seed=2).float()]),
@@ -18,4 +26,4 @@ def generate():
         parity_case("flatten", torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 2)),
                     [common.randn(2, 3, 2, 2, seed=4).float()]),
     ]
-    common.dump("nn_basic", {"cases": cases})
+    common.dump("nn_basic", {"cases": cases, "exported": exported})
