@@ -125,21 +125,23 @@ Tensor Module::register_buffer(std::string n, const Tensor& value, bool persiste
   return b;
 }
 
-// Visits every (path, module) once per module (dedup) or once per path.
+// Calls fn(path, module) depth first: once per module (dedup) or once per path;
+// only on this module unless recurse.
 template <class Fn>
-void Module::walk(const std::string& prefix, Fn&& fn, bool dedup) const {
+void Module::walk(Fn&& fn, bool dedup, bool recurse) const {
   std::unordered_set<const Module*> seen;
   std::function<void(const std::string&, const Module&)> visit = [&](const std::string& path, const Module& m) {
     if (dedup && !seen.insert(&m).second) return;
     fn(path, m);
-    for (const auto& c : m.children_) visit(join_path(path, c.name), *c.module);
+    if (recurse)
+      for (const auto& c : m.children_) visit(join_path(path, c.name), *c.module);
   };
-  visit(prefix, *this);
+  visit({}, *this);
 }
 
 std::vector<std::pair<std::string, Module*>> Module::named_modules() const {
   std::vector<std::pair<std::string, Module*>> out;
-  walk({}, [&](const std::string& path, const Module& m) { out.emplace_back(path, const_cast<Module*>(&m)); }, true);
+  walk([&](const std::string& path, const Module& m) { out.emplace_back(path, const_cast<Module*>(&m)); }, true);
   return out;
 }
 
@@ -158,10 +160,7 @@ std::vector<std::pair<std::string, Parameter>> Module::named_parameters(bool rec
     for (const auto& e : m.params_)
       if (seen.insert(e.param.id()).second) out.emplace_back(join_path(path, e.name), e.param);
   };
-  if (recurse)
-    walk({}, take, true);
-  else
-    take({}, *this);
+  walk(take, true, recurse);
   return out;
 }
 
@@ -175,10 +174,7 @@ ParameterList Module::parameters(bool recurse) const {
   auto watch = [&](const std::string& path, const Module& m) {
     list.watches_.push_back({m.version_, m.version_->load(std::memory_order_relaxed), path});
   };
-  if (recurse)
-    walk({}, watch, true);
-  else
-    watch({}, *this);
+  walk(watch, true, recurse);
   return list;
 }
 
@@ -189,10 +185,7 @@ std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) 
     for (const auto& e : m.buffers_)
       if (seen.insert(e.value.impl()).second) out.emplace_back(join_path(path, e.name), e.value);
   };
-  if (recurse)
-    walk({}, take, true);
-  else
-    take({}, *this);
+  walk(take, true, recurse);
   return out;
 }
 
@@ -208,7 +201,6 @@ StateDict Module::state_dict() const {
   NoGradGuard no_grad;
   StateDict out;
   walk(
-      {},
       [&](const std::string& path, const Module& m) {
         for (const auto& e : m.params_) out.insert(join_path(path, e.name), e.param.value().detach().clone());
         for (const auto& e : m.buffers_)
@@ -240,7 +232,6 @@ LoadResult Module::load_state_dict(const StateDict& state, const LoadOptions& op
     targets.push_back({key, dst, value});
   };
   walk(
-      {},
       [&](const std::string& path, const Module& m) {
         for (const auto& e : m.params_) match(join_path(path, e.name), m, e.name, e.param.value());
         for (const auto& e : m.buffers_)
@@ -269,7 +260,7 @@ LoadResult Module::load_state_dict(const StateDict& state, const LoadOptions& op
 }
 
 Module& Module::train(bool on) {
-  walk({}, [&](const std::string&, const Module& m) { const_cast<Module&>(m).training_ = on; }, true);
+  walk([&](const std::string&, const Module& m) { const_cast<Module&>(m).training_ = on; }, true);
   return *this;
 }
 

@@ -37,10 +37,9 @@ class Sequential : public Module {
   }
 
   // Each child's forward takes and returns one Tensor.
-  template <ModuleType M>
-  Shared<M> push_back(M&& module) {
-    static_assert(!std::is_lvalue_reference_v<M>, "pass a new module by value or a Shared<M> to share one");
-    return push_back(Shared<M>(std::make_shared<M>(std::move(module))));
+  template <class M>
+  auto push_back(M&& module) {
+    return push_back(share(std::forward<M>(module)));
   }
   template <ModuleType M>
   Shared<M> push_back(Shared<M> module) {
@@ -73,10 +72,9 @@ class ModuleList : public Module {
  public:
   ModuleList() = default;
 
-  template <ModuleType M>
-  Shared<M> push_back(M&& module) {
-    static_assert(!std::is_lvalue_reference_v<M>, "pass a new module by value or a Shared<M> to share one");
-    return push_back(Shared<M>(std::make_shared<M>(std::move(module))));
+  template <class M>
+  auto push_back(M&& module) {
+    return push_back(share(std::forward<M>(module)));
   }
   template <ModuleType M>
   Shared<M> push_back(Shared<M> module) {
@@ -105,10 +103,9 @@ class ModuleDict : public Module {
  public:
   ModuleDict() = default;
 
-  template <ModuleType M>
-  Shared<M> insert(const std::string& key, M&& module) {
-    static_assert(!std::is_lvalue_reference_v<M>, "pass a new module by value or a Shared<M> to share one");
-    return insert(key, Shared<M>(std::make_shared<M>(std::move(module))));
+  template <class M>
+  auto insert(const std::string& key, M&& module) {
+    return insert(key, share(std::forward<M>(module)));
   }
   template <ModuleType M>
   Shared<M> insert(const std::string& key, Shared<M> module) {

@@ -70,6 +70,14 @@ class Shared {
   std::shared_ptr<M> p_;
 };
 
+// A new module moved into shared ownership (what registering by value does).
+template <class M>
+Shared<std::remove_cvref_t<M>> share(M&& module) {
+  static_assert(!std::is_lvalue_reference_v<M>, "pass a new module by value, or a Shared<M> to share one");
+  static_assert(ModuleType<std::remove_cvref_t<M>>, "not a module");
+  return Shared<std::remove_cvref_t<M>>(std::make_shared<std::remove_cvref_t<M>>(std::move(module)));
+}
+
 // A top-level model with a call operator: auto model = nn::make<Mlp>(rngs); model(x).
 template <ModuleType M, class... Args>
 Shared<M> make(Args&&... args) {
@@ -141,10 +149,9 @@ class Module {
 
   // ---- registration (in the constructor; later calls are structural edits) ----
   // Names are non-empty, contain no '.', and are unique within the module.
-  template <ModuleType M>
-  Shared<M> register_module(std::string name, M&& module) {
-    static_assert(!std::is_lvalue_reference_v<M>, "pass a new module by value or a Shared<M> to share one");
-    return register_module(std::move(name), Shared<M>(std::make_shared<M>(std::move(module))));
+  template <class M>
+  auto register_module(std::string name, M&& module) {
+    return register_module(std::move(name), share(std::forward<M>(module)));
   }
   template <ModuleType M>
   Shared<M> register_module(std::string name, Shared<M> module) {
@@ -219,7 +226,7 @@ class Module {
   void add_child(std::string name, std::shared_ptr<Module> module);
   void check_new_name(const char* op, const std::string& name) const;
   template <class Fn>
-  void walk(const std::string& prefix, Fn&& fn, bool dedup) const;
+  void walk(Fn&& fn, bool dedup, bool recurse = true) const;
 
   std::vector<ParamEntry> params_;
   std::vector<BufferEntry> buffers_;
