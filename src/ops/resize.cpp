@@ -40,14 +40,18 @@ ResizeAxis make_axis(bool linear, int64_t in, int64_t out, bool align_corners, d
   a.l0f.resize(n), a.l1f.resize(n), a.l0d.resize(n), a.l1d.resize(n);
   for (int64_t o = 0; o < out; ++o) {
     const size_t u = size_t(o);
+    int64_t j[4];
     if (linear) {
-      cpu::linear_source<float>(o, in, out, align_corners, scale, a.i0f[u], a.i1f[u], a.l0f[u], a.l1f[u]);
-      cpu::linear_source<double>(o, in, out, align_corners, scale, a.i0d[u], a.i1d[u], a.l0d[u], a.l1d[u]);
+      cpu::linear_source<float>(o, in, out, align_corners, scale, j[0], j[1], a.l0f[u], a.l1f[u]);
+      cpu::linear_source<double>(o, in, out, align_corners, scale, j[2], j[3], a.l0d[u], a.l1d[u]);
     } else {
-      a.i0f[u] = a.i1f[u] = a.i0d[u] = a.i1d[u] = cpu::nearest_source(o, in, out, scale);
+      j[0] = j[1] = j[2] = j[3] = cpu::nearest_source(o, in, out, scale);
       a.l0f[u] = 1, a.l1f[u] = 0, a.l0d[u] = 1, a.l1d[u] = 0;
     }
+    a.i0f[u] = int32_t(j[0]), a.i1f[u] = int32_t(j[1]), a.i0d[u] = int32_t(j[2]), a.i1d[u] = int32_t(j[3]);
   }
+  a.adjf = cpu::make_adjoint(in, out, !linear, a.i0f.data(), a.i1f.data(), a.l0f.data(), a.l1f.data());
+  a.adjd = cpu::make_adjoint(in, out, !linear, a.i0d.data(), a.i1d.data(), a.l0d.data(), a.l1d.data());
   return a;
 }
 
@@ -130,6 +134,9 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
     }
   }
 
+  for (int u = 0; u < 2; ++u)  // the kernels index a plane's rows and columns with int32
+    KILN_CHECK(in[u] < (int64_t(1) << 31) && out[u] < (int64_t(1) << 31), op,
+               "input {} -> output sizes ({}, {}) exceed 2^31 - 1 along a dim", to_string(x.shape()), out[0], out[1]);
   Tensor x4 = nsp == 1 ? unsqueeze(x, -2) : x;  // [N, C, 1, L] for 1-D
   auto g = std::make_shared<ResizeGeom>();
   g->N = x4.shape()[0] * x4.shape()[1], g->H = in[0], g->W = in[1];

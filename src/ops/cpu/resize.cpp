@@ -22,8 +22,8 @@ int64_t plane_grain(int64_t plane) { return std::max<int64_t>(1, 32768 / std::ma
 template <class T, class A, class S>
 void row_forward(const ResizeAxis& w, const S* src, T* out) {
   const int64_t OW = w.out();
-  const int64_t* i0 = w.i0<A>();
-  const int64_t* i1 = w.i1<A>();
+  const int32_t* i0 = w.i0<A>();
+  const int32_t* i1 = w.i1<A>();
   if (w.nearest) {
     for (int64_t ow = 0; ow < OW; ++ow) out[ow] = T(src[i0[ow]]);
   } else {
@@ -34,22 +34,17 @@ void row_forward(const ResizeAxis& w, const S* src, T* out) {
   }
 }
 
-// acc[W] += the horizontal adjoint of the gradient row gy [OW], times s.
-template <class T, class A>
-void row_backward(const ResizeAxis& w, const T* gy, A* acc) {
-  const int64_t OW = w.out();
-  const int64_t* i0 = w.i0<A>();
-  const int64_t* i1 = w.i1<A>();
-  if (w.nearest) {
-    for (int64_t ow = 0; ow < OW; ++ow) acc[i0[ow]] += A(gy[ow]);
-  } else {
-    const A* l0 = w.l0<A>();
-    const A* l1 = w.l1<A>();
-    for (int64_t ow = 0; ow < OW; ++ow) {  // taps of neighbouring outputs overlap: no simd
-      const A v = A(gy[ow]);
-      acc[i0[ow]] += l0[ow] * v;
-      acc[i1[ow]] += l1[ow] * v;
-    }
+// t[W] = the horizontal adjoint of the gradient row gy [OW].
+template <class S, class A>
+void row_backward(const ResizeAxis& w, int64_t W, const S* gy, A* t) {
+  const AxisAdjoint<A>& adj = w.adjoint<A>();
+  std::fill(t, t + W, A(0));
+  for (int64_t k = 0; k < adj.fan; ++k) {
+    const int32_t* idx = adj.idx.data() + k * W;
+    const A* wt = adj.w.data() + k * W;
+    // Padding has weight 0 and must add nothing, even against an inf gradient.
+#pragma omp simd
+    for (int64_t i = 0; i < W; ++i) t[i] += wt[i] != A(0) ? wt[i] * A(gy[idx[i]]) : A(0);
   }
 }
 
@@ -58,35 +53,59 @@ void row_backward(const ResizeAxis& w, const T* gy, A* acc) {
 void resize2d(const ResizeGeom& g, const Tensor& x_in, const Tensor& out) {
   if (out.numel() == 0) return;
   Tensor x = x_in.contiguous();
-  const int64_t OH = g.h.out(), OW = g.w.out();
+  const int64_t OH = g.h.out(), OW = g.w.out(), W = g.W;
+  // Linear rows when upsampling: interpolate each input row horizontally
+  // once (the gathers are the cost) and blend two such rows per output row;
+  // when downsampling, blend two input rows first, then gather once per
+  // output row.
+  const bool rows_first = !g.h.nearest && OH >= g.H;
   dispatch_floating(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* op = static_cast<T*>(out.data_ptr());
-    const int64_t* h0 = g.h.i0<A>();
-    const int64_t* h1 = g.h.i1<A>();
+    const int32_t* h0 = g.h.i0<A>();
+    const int32_t* h1 = g.h.i1<A>();
     const A* hl0 = g.h.l0<A>();
     const A* hl1 = g.h.l1<A>();
     parallel_for(0, g.N, plane_grain(OH * OW), [&](int64_t lo, int64_t hi) {
-      std::vector<A> tmp(g.h.nearest ? 0 : size_t(g.W));  // the vertical blend of two rows
+      // rows_first: two horizontally interpolated input rows [2, OW] and the
+      // input row each holds; otherwise the vertical blend of two rows [W].
+      std::vector<A> tmp(g.h.nearest ? 0 : rows_first ? size_t(2 * OW) : size_t(W));
       for (int64_t n = lo; n < hi; ++n) {
-        const T* plane = xp + n * g.H * g.W;
+        const T* plane = xp + n * g.H * W;
         T* orow = op + n * OH * OW;
+        int64_t held[2] = {-1, -1};
+        // The horizontally interpolated input row h, computed at most once
+        // per plane (taps only move forward), kept in a slot `keep` does not use.
+        auto row = [&](int64_t h, const A* keep) -> const A* {
+          for (int s = 0; s < 2; ++s)
+            if (held[s] == h) return tmp.data() + s * OW;
+          const int s = keep == tmp.data() ? 1 : 0;
+          held[s] = h;
+          row_forward<A, A>(g.w, plane + h * W, tmp.data() + s * OW);
+          return tmp.data() + s * OW;
+        };
         for (int64_t oh = 0; oh < OH; ++oh, orow += OW) {
           if (g.h.nearest) {
             if (oh > 0 && h0[oh] == h0[oh - 1]) {
               std::memcpy(orow, orow - OW, size_t(OW) * sizeof(T));  // upsampling repeats rows
               continue;
             }
-            row_forward<T, A>(g.w, plane + h0[oh] * g.W, orow);
+            row_forward<T, A>(g.w, plane + h0[oh] * W, orow);
+          } else if (rows_first) {
+            const A* r0 = row(h0[oh], nullptr);
+            const A* r1 = row(h1[oh], r0);
+            const A l0 = hl0[oh], l1 = hl1[oh];
+#pragma omp simd
+            for (int64_t w = 0; w < OW; ++w) orow[w] = T(l0 * r0[w] + l1 * r1[w]);
           } else {
-            const T* r0 = plane + h0[oh] * g.W;
-            const T* r1 = plane + h1[oh] * g.W;
+            const T* r0 = plane + h0[oh] * W;
+            const T* r1 = plane + h1[oh] * W;
             const A l0 = hl0[oh], l1 = hl1[oh];
             A* t = tmp.data();
 #pragma omp simd
-            for (int64_t w = 0; w < g.W; ++w) t[w] = l0 * A(r0[w]) + l1 * A(r1[w]);
+            for (int64_t w = 0; w < W; ++w) t[w] = l0 * A(r0[w]) + l1 * A(r1[w]);
             row_forward<T, A>(g.w, t, orow);
           }
         }
@@ -98,48 +117,37 @@ void resize2d(const ResizeGeom& g, const Tensor& x_in, const Tensor& out) {
 void resize2d_backward(const ResizeGeom& g, const Tensor& grad_out, const Tensor& grad_in) {
   if (grad_in.numel() == 0) return;
   Tensor go = grad_out.contiguous();
-  const int64_t OH = g.h.out(), OW = g.w.out(), plane = g.H * g.W;
+  const int64_t OH = g.h.out(), OW = g.w.out(), H = g.H, W = g.W;
   dispatch_floating(grad_in.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    constexpr bool direct = std::is_same_v<T, A>;  // f32/f64 accumulate in grad_in; bf16 in an f32 plane
     const T* gp = static_cast<const T*>(go.data_ptr());
     T* xp = static_cast<T*>(grad_in.data_ptr());
-    const int64_t* h0 = g.h.i0<A>();
-    const int64_t* h1 = g.h.i1<A>();
-    const A* hl0 = g.h.l0<A>();
-    const A* hl1 = g.h.l1<A>();
-    parallel_for(0, g.N, plane_grain(std::max(plane, OH * OW)), [&](int64_t lo, int64_t hi) {
-      std::vector<A> buf(direct ? 0 : size_t(plane));
-      std::vector<A> tmp(g.h.nearest ? 0 : size_t(g.W));  // horizontal adjoint of one gradient row
+    const AxisAdjoint<A>& adj = g.h.adjoint<A>();
+    // Input row h gathers the gradient rows that read it (contiguous, weighted
+    // sums of output rows), then one horizontal adjoint: each input row is
+    // written once, nothing is zero-filled or scattered.
+    parallel_for(0, g.N, plane_grain(std::max(H * W, OH * OW)), [&](int64_t lo, int64_t hi) {
+      std::vector<A> rows(static_cast<size_t>(OW)), tmp(static_cast<size_t>(W));
       for (int64_t n = lo; n < hi; ++n) {
-        A* acc;
-        if constexpr (direct)
-          acc = xp + n * plane;
-        else
-          acc = buf.data();
-        std::fill(acc, acc + plane, A(0));
         const T* gy = gp + n * OH * OW;
-        for (int64_t oh = 0; oh < OH; ++oh, gy += OW) {
-          if (g.h.nearest) {
-            row_backward<T, A>(g.w, gy, acc + h0[oh] * g.W);
-          } else {
-            A* t = tmp.data();
-            std::fill(t, t + g.W, A(0));
-            row_backward<T, A>(g.w, gy, t);
-            A* r0 = acc + h0[oh] * g.W;
-            A* r1 = acc + h1[oh] * g.W;
-            const A l0 = hl0[oh], l1 = hl1[oh];
-            // r0 and r1 may be the same row (the last one): two passes, not one fused loop.
+        for (int64_t h = 0; h < H; ++h) {
+          A* r = rows.data();
+          std::fill(r, r + OW, A(0));
+          for (int64_t k = 0; k < adj.fan; ++k) {
+            const A wt = adj.w[size_t(k * H + h)];
+            if (wt == A(0)) continue;  // padding (and zero weights) add nothing
+            const T* src = gy + int64_t(adj.idx[size_t(k * H + h)]) * OW;
 #pragma omp simd
-            for (int64_t w = 0; w < g.W; ++w) r0[w] += l0 * t[w];
-#pragma omp simd
-            for (int64_t w = 0; w < g.W; ++w) r1[w] += l1 * t[w];
+            for (int64_t w = 0; w < OW; ++w) r[w] += wt * A(src[w]);
           }
-        }
-        if constexpr (!direct) {
-          T* gx = xp + n * plane;
-          for (int64_t i = 0; i < plane; ++i) gx[i] = T(acc[i]);
+          T* gx = xp + (n * H + h) * W;
+          if constexpr (std::is_same_v<T, A>) {
+            row_backward(g.w, W, static_cast<const A*>(r), gx);
+          } else {
+            row_backward(g.w, W, static_cast<const A*>(r), tmp.data());
+            for (int64_t w = 0; w < W; ++w) gx[w] = T(tmp[size_t(w)]);
+          }
         }
       }
     });

@@ -56,6 +56,17 @@ void linear_source(int64_t o, int64_t in, int64_t out, bool align_corners, doubl
   l0 = A(1) - l1;
 }
 
+/// The adjoint of an axis, gather form: input i collects
+/// sum_k w[k * in + i] * grad[idx[k * in + i]] over k < fan (fan: the most
+/// outputs any input feeds; shorter lists padded with weight 0). Reading
+/// instead of scatter-adding lets the backward vectorize across inputs.
+template <class A>
+struct AxisAdjoint {
+  int64_t fan = 0;
+  std::vector<int32_t> idx;
+  std::vector<A> w;
+};
+
 /// One axis of a resize: output o = l0[o] * in[i0[o]] + l1[o] * in[i1[o]]
 /// (nearest: l0 = 1, l1 = 0, i1 = i0). Taps and weights are kept twice, as
 /// computed in f32 math and in f64 math (PyTorch's for f32/bf16 and for f64:
@@ -63,12 +74,14 @@ void linear_source(int64_t o, int64_t in, int64_t out, bool align_corners, doubl
 /// serves every dtype.
 struct ResizeAxis {
   bool nearest = true;
-  std::vector<int64_t> i0f, i1f, i0d, i1d;
+  std::vector<int32_t> i0f, i1f, i0d, i1d;  // int32: gathers take 16 lanes, not 8 (sizes < 2^31)
   std::vector<float> l0f, l1f;
   std::vector<double> l0d, l1d;
+  AxisAdjoint<float> adjf;
+  AxisAdjoint<double> adjd;
   int64_t out() const { return int64_t(i0f.size()); }
-  template <class A> const int64_t* i0() const { return std::is_same_v<A, float> ? i0f.data() : i0d.data(); }
-  template <class A> const int64_t* i1() const { return std::is_same_v<A, float> ? i1f.data() : i1d.data(); }
+  template <class A> const int32_t* i0() const { return std::is_same_v<A, float> ? i0f.data() : i0d.data(); }
+  template <class A> const int32_t* i1() const { return std::is_same_v<A, float> ? i1f.data() : i1d.data(); }
   template <class A>
   const A* l0() const {
     if constexpr (std::is_same_v<A, float>) return l0f.data(); else return l0d.data();
@@ -77,7 +90,37 @@ struct ResizeAxis {
   const A* l1() const {
     if constexpr (std::is_same_v<A, float>) return l1f.data(); else return l1d.data();
   }
+  template <class A>
+  const AxisAdjoint<A>& adjoint() const {
+    if constexpr (std::is_same_v<A, float>) return adjf; else return adjd;
+  }
 };
+
+/// The gather-form adjoint of taps (i0, i1, l0, l1) over `out` outputs from
+/// `in` inputs (nearest: tap 1 is ignored).
+template <class A>
+AxisAdjoint<A> make_adjoint(int64_t in, int64_t out, bool nearest, const int32_t* i0, const int32_t* i1, const A* l0,
+                            const A* l1) {
+  std::vector<int64_t> count(size_t(in), 0);
+  for (int64_t o = 0; o < out; ++o) {
+    ++count[size_t(i0[o])];
+    if (!nearest) ++count[size_t(i1[o])];
+  }
+  AxisAdjoint<A> a;
+  for (int64_t c : count) a.fan = std::max(a.fan, c);
+  a.idx.assign(size_t(a.fan * in), 0);
+  a.w.assign(size_t(a.fan * in), A(0));
+  std::fill(count.begin(), count.end(), 0);
+  auto put = [&](int64_t i, int64_t o, A w) {
+    const size_t at = size_t(count[size_t(i)]++ * in + i);
+    a.idx[at] = int32_t(o), a.w[at] = w;
+  };
+  for (int64_t o = 0; o < out; ++o) {
+    put(i0[o], o, l0[o]);
+    if (!nearest) put(i1[o], o, l1[o]);
+  }
+  return a;
+}
 
 /// Planes [N, H, W] -> [N, OH, OW]; OH = h.out(), OW = w.out().
 struct ResizeGeom {
