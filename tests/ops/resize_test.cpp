@@ -154,6 +154,23 @@ TEST(Resize, ShapesScalarsAndIdentity) {
   EXPECT_TRUE(all_close(select(select(z, 2, 8), 2, 3), select(select(x, 2, 4), 2, 6)));
 }
 
+// The backward's tables pad short tap lists with weight 0; an inf gradient
+// must reach only the inputs that feed that output, never NaN elsewhere. Taps
+// whose weight is exactly 0 (output (0, 0) of bilinear reads input 1 with
+// weight 0) add nothing too, where PyTorch adds 0 * inf = NaN.
+TEST(Resize, NonFiniteGradientStaysLocal) {
+  for (Mode m : {Mode::Nearest, Mode::Bilinear}) {
+    SCOPED_TRACE(int(m));
+    Tensor x = zeros({1, 1, 3, 5}).requires_grad_();
+    Tensor gy = zeros({1, 1, 7, 11});
+    gy.data<float>()[0] = INFINITY;  // output (0, 0) reads input (0, 0) only, in both modes
+    interpolate(x, {.size = {7, 11}, .mode = m}).backward(gy);
+    const std::vector<float> g = x.grad().to_vector<float>();
+    EXPECT_TRUE(std::isinf(g[0]));
+    for (size_t i = 1; i < g.size(); ++i) EXPECT_EQ(g[i], 0.0f) << "input " << i;
+  }
+}
+
 TEST(Resize, SameForAnyThreadCount) {
   Generator gen(4);
   Tensor x = randn({4, 16, 9, 11}, gen), gy = randn({4, 16, 13, 20}, gen);
