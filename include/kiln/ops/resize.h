@@ -25,7 +25,8 @@ struct InterpolateOptions {
 /// nearest reads floor(o * scale) with scale = 1 / scale_factor (or in / out
 /// when size is given); linear samples scale * (o + 0.5) - 0.5 (clamped at 0),
 /// or o * (in - 1) / (out - 1) with align_corners. The gradient is the
-/// adjoint: each output's gradient scattered back with its weights.
+/// adjoint: each output's gradient sent back with its weights (a tap of
+/// weight exactly 0 sends nothing, where PyTorch would add 0 * inf = NaN).
 ///   Tensor y = interpolate(x, {.scale_factor = {2}, .mode = InterpolateMode::Bilinear});
 Tensor interpolate(const Tensor& x, const InterpolateOptions& opts);
 

@@ -1,9 +1,10 @@
 // CPU resize kernels: separable nearest / (bi)linear interpolation of planes
 // through per-axis tables, its adjoint, and the plain ref:: loops. Planes are
-// independent, so every kernel runs parallel over planes. A linear vertical
-// pass blends two input rows into a row buffer (contiguous, vectorizes), then
-// the horizontal pass gathers from it; nearest rows that repeat the previous
-// source row are copied.
+// independent, so every kernel runs parallel over planes. Horizontal taps are
+// gathers (int32 indices, 16 lanes), the costly part, so the forward gathers
+// each input row once when upsampling (nearest: repeated rows are copied) and
+// the backward, in gather form, sums the gradient rows that read an input row
+// (contiguous, vectorizes) before one horizontal adjoint per input row.
 #include "src/ops/cpu/resize.h"
 
 #include <cstring>
