@@ -21,6 +21,8 @@
 #include "kiln/ops/random.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/resize.h"
+#include "kiln/ops/rotary.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
 #include "kiln/autograd/engine.h"
