@@ -35,6 +35,8 @@
 #include "kiln/nn/linear.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/parameter.h"
+#include "kiln/nn/rotary.h"
 #include "kiln/nn/state_dict.h"
 #include "kiln/nn/transforms.h"
+#include "kiln/nn/upsample.h"
 #include "kiln/io/safetensors.h"

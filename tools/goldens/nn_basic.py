@@ -23,6 +23,10 @@ def generate():
                                                torch.nn.Linear(8, 8), torch.nn.Sigmoid(), torch.nn.Linear(8, 8),
                                                torch.nn.SiLU(), torch.nn.Linear(8, 2)),
                     [common.randn(3, 6, seed=3).float()]),
+        parity_case("upsample_nearest", torch.nn.Upsample(scale_factor=2, mode="nearest"),
+                    [common.randn(1, 2, 3, 3, seed=6).float()]),
+        parity_case("upsample_bilinear", torch.nn.Upsample(size=(5, 4), mode="bilinear", align_corners=True),
+                    [common.randn(1, 2, 3, 3, seed=7).float()]),
         parity_case("flatten", torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 2)),
                     [common.randn(2, 3, 2, 2, seed=4).float()]),
     ]
