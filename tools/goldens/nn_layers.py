@@ -1,6 +1,6 @@
 """Parity goldens for the conv, pool, norm and embedding layers (tests/nn/layers_test.cpp).
 
-Written to nn_layers_{conv,conv_transpose,pool,norm,embedding,byte_embedding,byte_head}.json
+Written to nn_layers_{conv,conv_transpose,pool,norm,embedding,model,byte_embedding,byte_head}.json
 (one family per file, each under 60 KB).
 BatchNorm training cases store the state *before* the forward and the running
 statistics after it: PyTorch's (unbiased running variance) and spec 000's
@@ -34,12 +34,18 @@ def randomize(module, seed):
     return module
 
 
+def stateful_case(name, module, inputs):
+    """parity_case with the state from *before* the forward (training updates buffers)."""
+    before = {k: common.t(v) for k, v in copy.deepcopy(module.state_dict()).items()}
+    case = parity_case(name, module, inputs)
+    case["state"] = before
+    return case
+
+
 def batchnorm_case(name, module, inp, train):
     module.train(train)
-    before = {k: common.t(v) for k, v in copy.deepcopy(module.state_dict()).items()}
     rm0, rv0 = module.running_mean.clone().double(), module.running_var.clone().double()
-    case = parity_case(name, module, [inp])
-    case["state"] = before
+    case = stateful_case(name, module, [inp])
     case["train"] = train
     case["running_mean"] = common.t(module.running_mean)
     case["running_var_unbiased"] = common.t(module.running_var)
@@ -119,9 +125,14 @@ def generate():
         parity_case("embedding_padding_negative", nn.Embedding(6, 3, padding_idx=-1),
                     [torch.tensor([5, 1, 5, 2], dtype=long)]),
     ]
+    # A small CNN through Sequential, training mode (batch statistics).
+    cnn = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), randomize(nn.BatchNorm2d(2), 41), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Flatten(), nn.Linear(8, 3))
+    model = [stateful_case("cnn", cnn, [x(2, 1, 4, 4, seed=42)])]
     conv_transpose = [c for c in conv if c["name"].startswith("conv_transpose")]
     conv = [c for c in conv if not c["name"].startswith("conv_transpose")]
-    for group, cases in (("conv", conv), ("conv_transpose", conv_transpose), ("pool", pool), ("norm", norm), ("embedding", embedding)):
+    for group, cases in (("conv", conv), ("conv_transpose", conv_transpose), ("pool", pool), ("norm", norm), ("embedding", embedding),
+                          ("model", model)):
         common.dump(f"nn_layers_{group}", {"cases": cases})
 
     # ByteEmbedding is Embedding(256, D) on u8 values; ByteOutputHead is Linear(D, 256).
