@@ -6,6 +6,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/ops/shape.h"
+#include "src/nn/layer_error.h"
 
 namespace kiln::nn {
 
@@ -108,7 +109,9 @@ Conv1d::Conv1d(int64_t in, int64_t out, int64_t k, const Init& init, ConvOptions
 
 Tensor Conv1d::forward(const Tensor& x) const {
   check_input("Conv1d", x, 1, in_channels);
-  return conv1d(x, weight, bias, options.stride.h, options.padding, options.dilation.h, options.groups);
+  return in_layer("Conv1d", [&] {
+    return conv1d(x, weight, bias, options.stride.h, options.padding, options.dilation.h, options.groups);
+  });
 }
 
 std::string Conv1d::extra_repr() const {
@@ -132,7 +135,9 @@ Conv2d::Conv2d(int64_t in, int64_t out, Size2 k, const Init& init, ConvOptions o
 
 Tensor Conv2d::forward(const Tensor& x) const {
   check_input("Conv2d", x, 2, in_channels);
-  return conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+  return in_layer("Conv2d", [&] {
+    return conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+  });
 }
 
 std::string Conv2d::extra_repr() const {
@@ -162,8 +167,10 @@ ConvTranspose1d::ConvTranspose1d(int64_t in, int64_t out, int64_t k, const Init&
 
 Tensor ConvTranspose1d::forward(const Tensor& x) const {
   check_input("ConvTranspose1d", x, 1, in_channels);
-  return conv_transpose1d(x, swap_group_blocks(weight, options.groups), bias, options.stride.h, options.padding.h,
-                          options.output_padding.h, options.groups, options.dilation.h);
+  return in_layer("ConvTranspose1d", [&] {
+    return conv_transpose1d(x, swap_group_blocks(weight, options.groups), bias, options.stride.h, options.padding.h,
+                            options.output_padding.h, options.groups, options.dilation.h);
+  });
 }
 
 Tensor ConvTranspose1d::from_torch(const std::string& name, const Tensor& value) const {
@@ -194,8 +201,10 @@ ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, Size2 k, const Init& i
 
 Tensor ConvTranspose2d::forward(const Tensor& x) const {
   check_input("ConvTranspose2d", x, 2, in_channels);
-  return conv_transpose2d(x, swap_group_blocks(weight, options.groups), bias, options.stride, options.padding,
-                          options.output_padding, options.groups, options.dilation);
+  return in_layer("ConvTranspose2d", [&] {
+    return conv_transpose2d(x, swap_group_blocks(weight, options.groups), bias, options.stride, options.padding,
+                            options.output_padding, options.groups, options.dilation);
+  });
 }
 
 Tensor ConvTranspose2d::from_torch(const std::string& name, const Tensor& value) const {

@@ -5,6 +5,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/ops/dropout.h"
+#include "src/nn/layer_error.h"
 
 namespace kiln::nn {
 
@@ -22,7 +23,7 @@ Dropout::Dropout(double p_, uint64_t seed) : p(p_), gen_(seed) {
 
 Tensor Dropout::forward(const Tensor& x) {
   check_input(x);
-  return dropout(x, p, is_training(), gen_);
+  return in_layer("Dropout", [&] { return dropout(x, p, is_training(), gen_); });
 }
 
 Tensor Dropout::forward(const Tensor& x, Rngs& rngs) const {
@@ -30,7 +31,7 @@ Tensor Dropout::forward(const Tensor& x, Rngs& rngs) const {
   // Eval draws nothing, so the stream advances only when a mask is drawn.
   if (!is_training() || p == 0.0) return x;
   Generator gen = rngs.next("dropout");
-  return dropout(x, p, true, gen);
+  return in_layer("Dropout", [&] { return dropout(x, p, true, gen); });
 }
 
 std::string Dropout::extra_repr() const { return fmt::format("p={}", p); }

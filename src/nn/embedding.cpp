@@ -8,6 +8,7 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/index.h"
 #include "kiln/ops/linalg.h"
+#include "src/nn/layer_error.h"
 
 namespace kiln::nn {
 
@@ -38,7 +39,7 @@ Embedding::Embedding(int64_t V, int64_t D, const Init& init, EmbeddingOptions op
 
 Tensor Embedding::forward(const Tensor& indices) const {
   check_indices("Embedding", indices, false);
-  return embedding(weight, indices, padding_idx);
+  return in_layer("Embedding", [&] { return embedding(weight, indices, padding_idx); });
 }
 
 std::string Embedding::extra_repr() const {
@@ -55,7 +56,7 @@ ByteEmbedding::ByteEmbedding(int64_t D, const Init& init) : embedding_dim(D) {
 Tensor ByteEmbedding::forward(const Tensor& bytes) const {
   check_indices("ByteEmbedding", bytes, true);
   // u8 values index the 256 rows directly; the op takes i64/i32 indices.
-  return embedding(weight, bytes.dtype() == kU8 ? bytes.to(kI32) : bytes);
+  return in_layer("ByteEmbedding", [&] { return embedding(weight, bytes.dtype() == kU8 ? bytes.to(kI32) : bytes); });
 }
 
 std::string ByteEmbedding::extra_repr() const { return fmt::format("256, {}", embedding_dim); }
@@ -70,7 +71,7 @@ Tensor ByteOutputHead::forward(const Tensor& x) const {
   KILN_CHECK(x.defined(), "ByteOutputHead", "input is undefined");
   KILN_CHECK(x.dim() >= 1 && x.shape().back() == embedding_dim, "ByteOutputHead",
              "input {} must end in embedding_dim {}", to_string(x.shape()), embedding_dim);
-  return linear(x, weight, bias);
+  return in_layer("ByteOutputHead", [&] { return linear(x, weight, bias); });
 }
 
 std::string ByteOutputHead::extra_repr() const {

@@ -8,6 +8,7 @@
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/norm.h"
+#include "src/nn/layer_error.h"
 
 namespace kiln::nn {
 
@@ -72,9 +73,11 @@ Tensor BatchNormBase::forward(const Tensor& x) {
   }
   ::kiln::BatchNormOptions op{.momentum = momentum, .eps = options.eps,
                               .unbiased_running_var = options.unbiased_running_var};
-  if (use_batch_stats)
-    return batch_norm(x, update ? running_mean : Tensor(), update ? running_var : Tensor(), weight, bias, true, op);
-  return batch_norm(x, running_mean, running_var, weight, bias, false, op);
+  return in_layer(layer_, [&] {
+    if (use_batch_stats)
+      return batch_norm(x, update ? running_mean : Tensor(), update ? running_var : Tensor(), weight, bias, true, op);
+    return batch_norm(x, running_mean, running_var, weight, bias, false, op);
+  });
 }
 
 std::string BatchNormBase::extra_repr() const {
@@ -117,7 +120,7 @@ LayerNorm::LayerNorm(Shape shape, double e, bool affine)
 
 Tensor LayerNorm::forward(const Tensor& x) const {
   check_trailing("LayerNorm", x, normalized_shape);
-  return layer_norm(x, normalized_shape, weight, bias, eps);
+  return in_layer("LayerNorm", [&] { return layer_norm(x, normalized_shape, weight, bias, eps); });
 }
 
 std::string LayerNorm::extra_repr() const {
@@ -133,7 +136,7 @@ RMSNorm::RMSNorm(Shape shape, double e, bool affine) : normalized_shape(std::mov
 
 Tensor RMSNorm::forward(const Tensor& x) const {
   check_trailing("RMSNorm", x, normalized_shape);
-  return rms_norm(x, normalized_shape, weight, eps);
+  return in_layer("RMSNorm", [&] { return rms_norm(x, normalized_shape, weight, eps); });
 }
 
 std::string RMSNorm::extra_repr() const {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "kiln/core/error.h"
+#include "src/nn/layer_error.h"
 
 namespace kiln::nn {
 
@@ -36,7 +37,7 @@ MaxPool1d::MaxPool1d(int64_t k, int64_t s, int64_t p, int64_t d, bool ceil)
 
 Tensor MaxPool1d::forward(const Tensor& x) const {
   check_rank("MaxPool1d", x, 1);
-  return max_pool1d(x, kernel_size, stride, padding, dilation, ceil_mode);
+  return in_layer("MaxPool1d", [&] { return max_pool1d(x, kernel_size, stride, padding, dilation, ceil_mode); });
 }
 
 std::string MaxPool1d::extra_repr() const {
@@ -53,7 +54,7 @@ MaxPool2d::MaxPool2d(Size2 k, Size2 s, Size2 p, Size2 d, bool ceil)
 
 Tensor MaxPool2d::forward(const Tensor& x) const {
   check_rank("MaxPool2d", x, 2);
-  return max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode);
+  return in_layer("MaxPool2d", [&] { return max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode); });
 }
 
 std::string MaxPool2d::extra_repr() const {
@@ -68,7 +69,7 @@ AvgPool1d::AvgPool1d(int64_t k, int64_t s, int64_t p, bool ceil, bool include_pa
 
 Tensor AvgPool1d::forward(const Tensor& x) const {
   check_rank("AvgPool1d", x, 1);
-  return avg_pool1d(x, kernel_size, stride, padding, ceil_mode, count_include_pad);
+  return in_layer("AvgPool1d", [&] { return avg_pool1d(x, kernel_size, stride, padding, ceil_mode, count_include_pad); });
 }
 
 std::string AvgPool1d::extra_repr() const {
@@ -85,7 +86,7 @@ AvgPool2d::AvgPool2d(Size2 k, Size2 s, Size2 p, bool ceil, bool include_pad)
 
 Tensor AvgPool2d::forward(const Tensor& x) const {
   check_rank("AvgPool2d", x, 2);
-  return avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad);
+  return in_layer("AvgPool2d", [&] { return avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad); });
 }
 
 std::string AvgPool2d::extra_repr() const {
@@ -99,7 +100,7 @@ AdaptiveAvgPool1d::AdaptiveAvgPool1d(int64_t size) : output_size(size) {
 
 Tensor AdaptiveAvgPool1d::forward(const Tensor& x) const {
   check_rank("AdaptiveAvgPool1d", x, 1);
-  return adaptive_avg_pool1d(x, output_size);
+  return in_layer("AdaptiveAvgPool1d", [&] { return adaptive_avg_pool1d(x, output_size); });
 }
 
 std::string AdaptiveAvgPool1d::extra_repr() const { return fmt::format("output_size={}", output_size); }
@@ -110,7 +111,7 @@ AdaptiveAvgPool2d::AdaptiveAvgPool2d(Size2 size) : output_size(size) {
 
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) const {
   check_rank("AdaptiveAvgPool2d", x, 2);
-  return adaptive_avg_pool2d(x, output_size);
+  return in_layer("AdaptiveAvgPool2d", [&] { return adaptive_avg_pool2d(x, output_size); });
 }
 
 std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair_str(output_size); }

@@ -133,6 +133,9 @@ TEST(ConvLayers, BadArgumentsAndInputs) {
   Conv2d c(1, 8, 3, rngs);
   EXPECT_KILN_ERROR(c.forward(ones({8, 3, 28, 28})), "[Conv2d] input [8, 3, 28, 28] has 3 channels, expected 1 (in_channels)");
   EXPECT_KILN_ERROR(c.forward(ones({28, 28})), "[Conv2d] input [28, 28] must be 4-D (batched) or 3-D (unbatched)");
+  // The op's own checks, named after the layer too: an input smaller than the kernel, a dtype mismatch.
+  EXPECT_KILN_ERROR(c.forward(ones({1, 1, 2, 2})), "[Conv2d] [conv2d]");
+  EXPECT_KILN_ERROR(c.forward(ones({1, 1, 5, 5}, {.dtype = kF64})), "[Conv2d] [conv2d]");
   EXPECT_KILN_ERROR(Conv2d(0, 8, 3, rngs), "[Conv2d] in_channels 0 and out_channels 8 must be positive");
   EXPECT_KILN_ERROR(Conv2d(3, 8, 3, rngs, {.groups = 2}), "[Conv2d] in_channels 3 is not divisible by groups 2");
   EXPECT_KILN_ERROR(Conv2d(4, 6, 3, rngs, {.groups = 4}), "[Conv2d] out_channels 6 is not divisible by groups 4");

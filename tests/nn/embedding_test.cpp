@@ -72,12 +72,12 @@ TEST(EmbeddingLayers, ReprAndErrors) {
   EXPECT_KILN_ERROR(Embedding(0, 3, rngs), "[Embedding] num_embeddings 0 and embedding_dim 3 must be positive");
   EXPECT_KILN_ERROR(Embedding(10, 3, rngs, {.padding_idx = 10}), "[Embedding] padding_idx 10 must be in [-10, 10)");
   Embedding e(10, 3, rngs);
-  EXPECT_KILN_ERROR(e.forward(tensor<int64_t>({1, 10}, {2})), "[embedding] index 10 is out of range for 10 embeddings");
+  EXPECT_KILN_ERROR(e.forward(tensor<int64_t>({1, 10}, {2})), "[Embedding] [embedding] index 10 is out of range for 10 embeddings");
   EXPECT_KILN_ERROR(e.forward(tensor<int64_t>({-1}, {1})), "[embedding] index -1 is out of range");
   EXPECT_KILN_ERROR(e.forward(ones({2})), "[Embedding] input [2] has dtype f32, expected i64 or i32 indices");
   EXPECT_KILN_ERROR(e.forward(zeros({2}, {.dtype = kU8})), "[Embedding] input [2] has dtype u8");
   ByteEmbedding b(4, rngs);
-  EXPECT_KILN_ERROR(b.forward(tensor<int64_t>({256}, {1})), "[embedding] index 256 is out of range for 256 embeddings");
+  EXPECT_KILN_ERROR(b.forward(tensor<int64_t>({256}, {1})), "[ByteEmbedding] [embedding] index 256 is out of range for 256 embeddings");
   EXPECT_KILN_ERROR(b.forward(ones({2})), "[ByteEmbedding] input [2] has dtype f32, expected u8, i64 or i32");
   EXPECT_KILN_ERROR(ByteEmbedding(0, rngs), "[ByteEmbedding] embedding_dim must be positive, got 0");
   ByteOutputHead h(4, rngs);

@@ -128,6 +128,11 @@ TEST(NormLayers, BadArgumentsAndInputs) {
   EXPECT_KILN_ERROR(LayerNorm(Shape{8}).forward(ones({2, 3, 7})), "[LayerNorm] input [2, 3, 7] does not end in normalized_shape [8]");
   EXPECT_KILN_ERROR(RMSNorm(Shape{2, 4}).forward(ones({4})), "[RMSNorm] input [4] does not end in normalized_shape [2, 4]");
   EXPECT_KILN_ERROR(RMSNorm(Shape{4}, -1.0), "[RMSNorm] eps must be non-negative, got -1");
+  // f32 parameters, f64 input: the op's dtype check, named after the layer.
+  EXPECT_KILN_ERROR(LayerNorm(Shape{4}).forward(ones({2, 4}, {.dtype = kF64})), "[LayerNorm] [layer_norm]");
+  BatchNorm2d eval_bn(3);
+  eval_bn.eval();
+  EXPECT_KILN_ERROR(eval_bn.forward(ones({2, 3, 2, 2}, {.dtype = kF64})), "[BatchNorm2d] [batch_norm]");
 }
 
 }  // namespace

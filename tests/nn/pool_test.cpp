@@ -80,7 +80,7 @@ TEST(PoolLayers, BadArgumentsAndInputs) {
   EXPECT_KILN_ERROR(AvgPool1d(2).forward(ones({1, 2, 4, 4})), "[AvgPool1d] input [1, 2, 4, 4] must be [B, C, L] or [C, L]");
   EXPECT_KILN_ERROR(AdaptiveAvgPool2d({1, 1}).forward(ones({5})), "[AdaptiveAvgPool2d] input [5] must be");
   // Windows larger than the input: the op's check.
-  EXPECT_KILN_ERROR(MaxPool2d(5).forward(ones({1, 1, 3, 3})), "is too small for kernel_size");
+  EXPECT_KILN_ERROR(MaxPool2d(5).forward(ones({1, 1, 3, 3})), "[MaxPool2d] [max_pool2d] input [1, 1, 3, 3] is too small for kernel_size");
 }
 
 }  // namespace
