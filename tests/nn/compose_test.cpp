@@ -34,5 +34,24 @@ TEST(ComposeLayers, TrainAndEvalReachChildren) {
   EXPECT_EQ(net.repr().find("(2): Dropout(p=0.5)") != std::string::npos, true) << net.repr();
 }
 
+TEST(ComposeLayers, Bf16MatchesF32) {
+  // Module::to(kBF16) casts parameters and float buffers; the ops run bf16 (f32 statistics).
+  Rngs rngs(0);
+  Sequential net(Conv2d(3, 4, 3, rngs, {.padding = "same"}), BatchNorm2d(4), ReLU(), AvgPool2d(2),
+                 ConvTranspose2d(4, 2, 2, rngs, {.stride = 2}), MaxPool2d(2), Flatten(), LayerNorm(Shape{32}),
+                 RMSNorm(Shape{32}));
+  Generator g(3);
+  Tensor x = randn({2, 3, 8, 8}, g);
+  Tensor y32 = net.forward(x);
+  net.to(kBF16);
+  Tensor y16 = net.forward(x.to(kBF16));
+  ASSERT_EQ(y16.dtype(), kBF16);
+  EXPECT_TRUE(all_close(y16.to(kF32), y32, 5e-2, 5e-2));
+  backward({sum(y16.to(kF32))});
+  Embedding e(10, 4, rngs);
+  e.to(kBF16);
+  EXPECT_EQ(e.forward(tensor<int64_t>({1, 2})).dtype(), kBF16);
+}
+
 }  // namespace
 }  // namespace kiln::nn
