@@ -40,3 +40,8 @@
 #include "kiln/nn/transforms.h"
 #include "kiln/nn/upsample.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/nn/conv.h"
+#include "kiln/nn/dropout.h"
+#include "kiln/nn/embedding.h"
+#include "kiln/nn/norm.h"
+#include "kiln/nn/pool.h"

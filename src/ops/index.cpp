@@ -2,6 +2,7 @@
 // Every index is range-checked before anything is written.
 #include "kiln/ops/index.h"
 
+#include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
@@ -173,12 +174,18 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   return out;
 }
 
-Tensor embedding(const Tensor& weight, const Tensor& indices) {
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
   check_defined("embedding", weight, "weight");
   check_index_dtype("embedding", indices, "indices");
   KILN_CHECK(weight.dim() == 2, "embedding", "weight must be 2-D [num_embeddings, embedding_dim], got {}",
              to_string(weight.shape()));
   const int64_t V = weight.shape()[0], D = weight.shape()[1];
+  if (padding_idx) {
+    KILN_CHECK(*padding_idx >= -V && *padding_idx < V, "embedding",
+               "padding_idx {} is out of range for {} embeddings (weight {})", *padding_idx, V,
+               to_string(weight.shape()));
+    if (*padding_idx < 0) *padding_idx += V;
+  }
   if (auto bad = cpu::find_bad_index(indices, V))
     KILN_FAIL("embedding", "index {} is out of range for {} embeddings (weight {})", *bad, V,
               to_string(weight.shape()));
@@ -191,9 +198,12 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Tensor out = Tensor::empty(s, weight.dtype(), weight.device());
   cpu::index_select(weight, 0, flat, Tensor::make_view(out.storage(), {flat.numel(), D}, {D, 1}, 0, out.dtype()));
   if (needs_grad(weight))
-    record("embedding", {weight}, {out}, {flat}, [V, D](const VjpArgs& a) -> Grads {
+    record("embedding", {weight}, {out}, {flat}, [V, D, padding_idx](const VjpArgs& a) -> Grads {
       const Tensor& idx = a.saved[0];
-      return {index_add(zeros({V, D}, {.dtype = a.grad().dtype()}), 0, idx, reshape(a.grad(), {idx.numel(), D}))};
+      Tensor rows = reshape(a.grad(), {idx.numel(), D});  // [N, D]
+      // Rows looked up at padding_idx contribute nothing.
+      if (padding_idx) rows = where(reshape(ne(idx, *padding_idx), {idx.numel(), 1}), rows, 0);
+      return {index_add(zeros({V, D}, {.dtype = a.grad().dtype()}), 0, idx, rows)};
     });
   return out;
 }

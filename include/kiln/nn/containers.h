@@ -43,8 +43,9 @@ class Sequential : public Module {
   }
   template <ModuleType M>
   Shared<M> push_back(Shared<M> module) {
-    static_assert(std::is_invocable_r_v<Tensor, decltype(&M::forward), M&, const Tensor&> ||
-                      std::is_invocable_r_v<Tensor, decltype(&M::forward), const M&, const Tensor&>,
+    // A requires-expression, not &M::forward: a forward overloaded on extra
+    // arguments (Dropout's forward(x, rngs)) would make the pointer ambiguous.
+    static_assert(requires(M& m, const Tensor& x) { { m.forward(x) } -> std::convertible_to<Tensor>; },
                   "a Sequential child needs Tensor forward(const Tensor&)");
     register_module(std::to_string(steps_.size()), module);
     modules_.push_back(module.ptr());

@@ -3,6 +3,7 @@
 // accepted); out-of-range indices are errors naming the op and the bound.
 #pragma once
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -23,8 +24,10 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 /// Copy of x with the slices of src added at index along dim, summing
 /// duplicates (torch.index_add); index is 1-D with src.size(dim) entries.
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
-/// weight[indices]: integer [...] -> [..., D] for weight [V, D].
-Tensor embedding(const Tensor& weight, const Tensor& indices);
+/// weight[indices]: integer [...] -> [..., D] for weight [V, D]. Positions
+/// whose index equals padding_idx (in [-V, V); negative counts from the end)
+/// send no gradient to the weight, as F.embedding(padding_idx=...).
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx = std::nullopt);
 
 /// Joins along an existing dim; shapes must match elsewhere; dtypes promote.
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim = 0);

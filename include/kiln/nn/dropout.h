@@ -1,0 +1,37 @@
+// Dropout (SPECS L10): inverted dropout in training, identity in eval.
+//
+// Two sources of randomness:
+//   y = drop(x, rngs);   // spec 000: draws a generator from rngs.next("dropout")
+//   y = drop(x);         // for Sequential: the module's own generator, seeded at
+//                        // construction; save/restore it with generator().state()
+// Masks differ from PyTorch's (another RNG), so there is no PyTorch parity.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kiln/core/generator.h"
+#include "kiln/core/rngs.h"
+#include "kiln/nn/module.h"
+
+namespace kiln::nn {
+
+class Dropout : public Module {
+ public:
+  // p in [0, 1]: the probability of zeroing an element; kept ones scale by 1 / (1 - p).
+  explicit Dropout(double p = 0.5, uint64_t seed = 0);
+
+  Tensor forward(const Tensor& x);
+  Tensor forward(const Tensor& x, Rngs& rngs) const;
+  std::string extra_repr() const override;
+
+  Generator& generator() { return gen_; }
+  const Generator& generator() const { return gen_; }
+
+  double p;
+
+ private:
+  Generator gen_;
+};
+
+}  // namespace kiln::nn

@@ -1,0 +1,100 @@
+// Normalisation layers (SPECS L8-L9): BatchNorm1d, BatchNorm2d, LayerNorm, RMSNorm.
+// Letters: B = batch, C = channels (num_features), L = length, H/W = spatial.
+// Scales and shifts start at ones and zeros and are excluded from weight decay
+// (M11). The layers hold f32 tensors; model.to(kF64) casts them.
+//
+//   nn::BatchNorm2d bn(16);                 // [B, 16, H, W]; model.eval() -> running stats
+//   nn::LayerNorm ln({768});                // [B, T, 768]
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kiln/nn/module.h"
+
+namespace kiln::nn {
+
+struct BatchNormOptions {
+  double eps = 1e-5;
+  // running = (1 - momentum) * running + momentum * batch; nullopt: the
+  // cumulative average (momentum 1 / num_batches_tracked), as PyTorch's None.
+  std::optional<double> momentum = 0.1;
+  bool affine = true;               // weight [C] (ones) and bias [C] (zeros)
+  bool track_running_stats = true;  // false: no buffers, batch statistics in eval too
+  // Spec 000 (L8): the running variance is updated with the population (biased)
+  // batch variance, the one used to normalise. true: PyTorch's unbiased
+  // n / (n - 1) update (needed to reproduce PyTorch's running_var).
+  bool unbiased_running_var = false;
+};
+
+// Shared by BatchNorm1d and BatchNorm2d: parameters weight, bias; buffers
+// running_mean [C] (zeros), running_var [C] (ones), num_batches_tracked (i64
+// scalar, as PyTorch, so its state dicts load). Training (the default mode)
+// normalises with the batch's statistics over every dim but C and updates the
+// buffers; eval() uses the buffers.
+class BatchNormBase : public Module {
+ public:
+  Tensor forward(const Tensor& x);
+  std::string extra_repr() const override;
+
+  int64_t num_features;
+  BatchNormOptions options;
+  Parameter weight;  // [C], undefined unless affine
+  Parameter bias;    // [C]
+  Tensor running_mean, running_var, num_batches_tracked;  // undefined unless track_running_stats
+
+ protected:
+  BatchNormBase(const char* layer, int64_t num_features, BatchNormOptions options);
+  virtual void check_input(const Tensor& x) const = 0;
+  const char* layer_;
+};
+
+// [B, C] or [B, C, L].
+class BatchNorm1d : public BatchNormBase {
+ public:
+  explicit BatchNorm1d(int64_t num_features, BatchNormOptions options = {});
+
+ protected:
+  void check_input(const Tensor& x) const override;
+};
+
+// [B, C, H, W].
+class BatchNorm2d : public BatchNormBase {
+ public:
+  explicit BatchNorm2d(int64_t num_features, BatchNormOptions options = {});
+
+ protected:
+  void check_input(const Tensor& x) const override;
+};
+
+// [..., *normalized_shape] normalised over the trailing dims (biased variance):
+// (x - mean) / sqrt(var + eps) * weight + bias; weight/bias of shape
+// normalized_shape when elementwise_affine.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  Tensor forward(const Tensor& x) const;
+  std::string extra_repr() const override;
+
+  Shape normalized_shape;
+  double eps;
+  bool elementwise_affine;
+  Parameter weight, bias;
+};
+
+// x / sqrt(mean(x^2 over the trailing dims) + eps) * weight. eps 1e-6 (the
+// LLaMA/T5 convention; PyTorch >= 2.4's nn.RMSNorm defaults to finfo.eps).
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(Shape normalized_shape, double eps = 1e-6, bool elementwise_affine = true);
+  Tensor forward(const Tensor& x) const;
+  std::string extra_repr() const override;
+
+  Shape normalized_shape;
+  double eps;
+  bool elementwise_affine;
+  Parameter weight;
+};
+
+}  // namespace kiln::nn
