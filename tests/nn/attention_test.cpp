@@ -280,6 +280,23 @@ TEST(TransformerBlock, NamesAndRepr) {
   EXPECT_EQ(adaln.num_parameters(), block.num_parameters() - 32 + 48 * 4 + 48);
 }
 
+TEST(TransformerBlock, BFloat16) {
+  // A bf16 block (the op computes attention in f32) against its f32 self.
+  Rngs rngs(0);
+  TransformerBlock block(8, 2, rngs, {.causal = true});
+  Tensor x = random({2, 5, 8}, 1, kF32);
+  Tensor valid = tensor<bool>({true, true, true, true, true, true, true, false, false, false}, {2, 5});
+  Tensor want = block.forward(x, {.mask = padding_mask(valid)});
+  block.to(kBF16);
+  Tensor xb = to(x, kBF16).requires_grad_(true);
+  Tensor got = block.forward(xb, {.mask = padding_mask(valid)});
+  EXPECT_EQ(got.dtype(), kBF16);
+  EXPECT_TRUE(all_close(to(got, kF32), want, 5e-2, 5e-2));
+  sum(got).backward();
+  EXPECT_EQ(block.self_attn->in_proj_weight.grad().dtype(), kBF16);
+  EXPECT_TRUE(all(isfinite(xb.grad())).item<bool>());
+}
+
 // ---- errors ----
 
 TEST(MultiheadAttention, Errors) {
