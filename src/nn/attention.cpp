@@ -157,15 +157,16 @@ AttentionOutput MultiheadAttention::run(const Tensor& query, const Tensor& key, 
   if (in_proj_weight.defined()) {
     const Tensor& w = in_proj_weight;
     if (query.is_same(key) && key.is_same(value)) {  // self-attention: one GEMM for q, k, v
-      Tensor qkv = linear(query, w, bias);          // [B, T, 3D]
-      q = narrow(qkv, 2, 0, D);
-      k = narrow(qkv, 2, D, D);
-      v = narrow(qkv, 2, 2 * D, D);
+      // [B, T, 3D] -> three views; split's vjp joins their grads with one cat.
+      std::vector<Tensor> qkv = split(linear(query, w, bias), D, 2);
+      q = qkv[0];
+      k = qkv[1];
+      v = qkv[2];
     } else if (key.is_same(value)) {  // cross-attention on one memory: one GEMM for k, v
       q = linear(query, narrow(w, 0, 0, D), maybe_narrow(bias, 0, D));
-      Tensor kv = linear(key, narrow(w, 0, D, 2 * D), maybe_narrow(bias, D, 2 * D));  // [B, Tk, 2D]
-      k = narrow(kv, 2, 0, D);
-      v = narrow(kv, 2, D, D);
+      std::vector<Tensor> kv = split(linear(key, narrow(w, 0, D, 2 * D), maybe_narrow(bias, D, 2 * D)), D, 2);
+      k = kv[0];  // [B, Tk, D] each
+      v = kv[1];
     } else {
       q = linear(query, narrow(w, 0, 0, D), maybe_narrow(bias, 0, D));
       k = linear(key, narrow(w, 0, D, D), maybe_narrow(bias, D, D));
