@@ -65,5 +65,6 @@ void conv_benches(std::vector<Bench>& out);  // conv2d, max_pool2d fwd+bwd: conv
 void norm_benches(std::vector<Bench>& out);  // layer_norm, cross_entropy, batch_norm: norm_bench.cpp
 void attention_benches(std::vector<Bench>& out);  // attention_bench.cpp
 void resize_benches(std::vector<Bench>& out);  // interpolate, rotary_embedding fwd+bwd: resize_bench.cpp
+void mha_benches(std::vector<Bench>& out);        // MultiheadAttention, TransformerBlock: mha_bench.cpp
 
 }  // namespace bench

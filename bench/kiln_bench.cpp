@@ -104,6 +104,7 @@ std::vector<Bench> all_benches() {
   norm_benches(out);
   attention_benches(out);
   resize_benches(out);
+  mha_benches(out);
   return out;
 }
 

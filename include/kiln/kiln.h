@@ -30,6 +30,7 @@
 #include "kiln/autograd/gradcheck.h"
 #include "kiln/autograd/gradient_tape.h"
 #include "kiln/nn/activation.h"
+#include "kiln/nn/attention.h"
 #include "kiln/nn/containers.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/linear.h"

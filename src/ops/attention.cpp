@@ -28,7 +28,18 @@ struct Problem {
   double scale = 1.0;
   bool causal = false;
   Tensor mask;  // as given (bool, broadcastable to [B, H, Tq, Tk]) or undefined
+  Tensor additive;  // as given (q's dtype, broadcastable to [B, H, Tq, Tk]) or undefined
 };
+
+// Whether `m` broadcasts to `full` ([B, H, Tq, Tk]).
+bool broadcasts_to(const Tensor& m, const Shape& full) {
+  bool ok = m.dim() <= 4;
+  for (int64_t i = 0; ok && i < m.dim(); ++i) {
+    int64_t have = m.size(m.dim() - 1 - i), want = full[size_t(3 - i)];
+    ok = have == want || have == 1;
+  }
+  return ok;
+}
 
 Problem check(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
   check_defined(kOp, q, "q");
@@ -65,14 +76,20 @@ Problem check(const Tensor& q, const Tensor& k, const Tensor& v, const Attention
     KILN_CHECK(m.dtype() == kBool, kOp, "mask must be bool (true = allowed), got {} {}", to_string(m.shape()),
                name(m.dtype()));
     const Shape full{p.B, p.H, p.Tq, p.Tk};
-    bool ok = m.dim() <= 4;
-    for (int64_t i = 0; ok && i < m.dim(); ++i) {
-      int64_t have = m.size(m.dim() - 1 - i), want = full[size_t(3 - i)];
-      ok = have == want || have == 1;
-    }
-    KILN_CHECK(ok, kOp, "mask {} does not broadcast to [B, H, Tq, Tk] = {}", to_string(m.shape()),
-               to_string(full));
+    KILN_CHECK(broadcasts_to(m, full), kOp, "mask {} does not broadcast to [B, H, Tq, Tk] = {}",
+               to_string(m.shape()), to_string(full));
     p.mask = m;
+  }
+  if (o.additive_mask.defined()) {
+    const Tensor& a = o.additive_mask;
+    KILN_CHECK(a.dtype() == q.dtype(), kOp, "additive_mask must have q's dtype {}, got {} {}", name(q.dtype()),
+               to_string(a.shape()), name(a.dtype()));
+    const Shape full{p.B, p.H, p.Tq, p.Tk};
+    KILN_CHECK(broadcasts_to(a, full), kOp, "additive_mask {} does not broadcast to [B, H, Tq, Tk] = {}",
+               to_string(a.shape()), to_string(full));
+    KILN_CHECK(o.policy != AttentionBackend::Flash, kOp,
+               "the flash path takes no additive_mask; use policy Standard (or Auto) with it");
+    p.additive = a;
   }
   KILN_CHECK(!(o.need_weights && o.policy == AttentionBackend::Flash), kOp,
              "the flash path does not materialise the weights; use policy Standard (or Auto) with need_weights");
@@ -91,8 +108,23 @@ Tensor allowed_mask(const Problem& p) {
 // allow no key set to 0. Those rows are given all keys before the softmax, so
 // softmax and its vjp stay finite, then zeroed by masked_fill, whose vjp
 // passes them a zero gradient.
-Tensor standard_weights(const Tensor& q, const Tensor& k, const Tensor& allowed, double scale) {
+//
+// An additive mask is added to the scores; its -inf entries join the
+// disallowed keys and are added as 0, so a row with every key at -inf is a
+// fully masked row like any other (finite scores, then zeroed).
+Tensor standard_weights(const Tensor& q, const Tensor& k, Tensor allowed, double scale,
+                        const Tensor& additive = {}) {
   Tensor scores = mul(matmul(q, transpose(k, -2, -1)), scale);
+  if (additive.defined()) {
+    Tensor blocked = eq(additive, -std::numeric_limits<double>::infinity());
+    if (any(blocked).item<bool>()) {
+      scores = add(scores, masked_fill(additive, blocked, 0));
+      Tensor open = logical_not(blocked);
+      allowed = allowed.defined() ? logical_and(allowed, open) : open;
+    } else {
+      scores = add(scores, additive);
+    }
+  }
   if (!allowed.defined()) return softmax(scores, -1);
   Tensor some = any(allowed, -1, /*keepdim=*/true);  // [..., Tq, 1]: the row allows a key
   scores = masked_fill(scores, logical_and(logical_not(allowed), some), -std::numeric_limits<double>::infinity());
@@ -103,7 +135,7 @@ Tensor standard_weights(const Tensor& q, const Tensor& k, const Tensor& allowed,
 }
 
 AttentionResult standard(const Tensor& q, const Tensor& k, const Tensor& v, const Problem& p, bool need_weights) {
-  Tensor w = standard_weights(q, k, allowed_mask(p), p.scale);
+  Tensor w = standard_weights(q, k, allowed_mask(p), p.scale, p.additive);
   Tensor out = matmul(w, v);
   return {out, need_weights ? w : Tensor()};
 }
@@ -170,11 +202,14 @@ AttentionResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, c
                                              const AttentionOptions& options) {
   const Problem p = check(q, k, v, options);
   if (q.dtype() == kBF16) {  // compute in f32; `to` carries the gradients back to bf16
-    AttentionResult r = scaled_dot_product_attention(to(q, kF32), to(k, kF32), to(v, kF32), options);
+    AttentionOptions o32 = options;
+    if (o32.additive_mask.defined()) o32.additive_mask = to(o32.additive_mask, kF32);
+    AttentionResult r = scaled_dot_product_attention(to(q, kF32), to(k, kF32), to(v, kF32), o32);
     return {to(r.out, kBF16), r.weights.defined() ? to(r.weights, kBF16) : Tensor()};
   }
   const bool use_flash = options.policy == AttentionBackend::Flash ||
-                         (options.policy == AttentionBackend::Auto && !options.need_weights);
+                         (options.policy == AttentionBackend::Auto && !options.need_weights &&
+                          !options.additive_mask.defined());
   return use_flash ? flash(q, k, v, p) : standard(q, k, v, p, options.need_weights);
 }
 

@@ -470,3 +470,91 @@ TEST(AttentionErrors, Messages) {
 
 }  // namespace
 }  // namespace kiln
+
+// ---- additive mask (spec 002's explicit additive-mask variant) ----
+
+namespace kiln {
+namespace {
+
+using namespace testing;
+
+TEST(AttentionAdditiveMask, MatchesComposedSoftmax) {
+  // softmax(q k^T * scale + additive) v written out with kiln ops, finite additive values.
+  Tensor q = random({2, 2, 3, 4}, 1), k = random({2, 2, 5, 4}, 2), v = random({2, 2, 5, 3}, 3);
+  for (const Shape& s : {Shape{3, 5}, Shape{2, 1, 3, 5}, Shape{2, 2, 3, 5}, Shape{1, 1, 1, 5}}) {
+    SCOPED_TRACE(to_string(s));
+    Tensor a = random(s, 4);
+    Tensor w = softmax(add(mul(matmul(q, transpose(k, -2, -1)), 0.5), a), -1);
+    AttentionResult r = scaled_dot_product_attention(q, k, v, {.additive_mask = a, .need_weights = true});
+    EXPECT_TRUE(all_close(r.weights, w, 1e-12, 1e-12));
+    EXPECT_TRUE(all_close(r.out, matmul(w, v), 1e-12, 1e-12));
+    // Auto without weights still takes the standard path (flash has no additive mask).
+    EXPECT_TRUE(all_close(scaled_dot_product_attention(q, k, v, {.additive_mask = a}).out, r.out, 1e-12, 1e-12));
+  }
+}
+
+TEST(AttentionAdditiveMask, MinusInfinityEqualsBoolMaskIncludingFullyMaskedRows) {
+  Tensor valid = tensor<bool>({true, true, false, true, false, false, false, false}, {2, 4});
+  Tensor bool_mask = padding_mask(valid);                                  // [2, 1, 1, 4], batch 1 empty
+  Tensor additive = masked_fill(zeros({2, 1, 1, 4}, {.dtype = kF64}), logical_not(bool_mask), kNegInf);
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(fmt::format("causal {}", causal));
+    Tensor g = random({2, 2, 6, 5}, 4);
+    Tensor q1 = leaf_of(random({2, 2, 6, 3}, 1)), k1 = leaf_of(random({2, 2, 4, 3}, 2)),
+           v1 = leaf_of(random({2, 2, 4, 5}, 3));
+    Result a = run(q1, k1, v1, g, {.mask = bool_mask, .causal = causal, .need_weights = true,
+                                   .policy = AttentionBackend::Standard});
+    Tensor q2 = leaf_of(q1), k2 = leaf_of(k1), v2 = leaf_of(v1);
+    Result b = run(q2, k2, v2, g, {.additive_mask = additive, .causal = causal, .need_weights = true});
+    EXPECT_TRUE(all_close(b.out, a.out, 1e-12, 1e-12)) << "out";
+    EXPECT_TRUE(all_close(b.weights, a.weights, 1e-12, 1e-12)) << "weights";
+    EXPECT_TRUE(all_close(b.dq, a.dq, 1e-12, 1e-12)) << "dq";
+    EXPECT_TRUE(all_close(b.dk, a.dk, 1e-12, 1e-12)) << "dk";
+    EXPECT_TRUE(all_close(b.dv, a.dv, 1e-12, 1e-12)) << "dv";
+    EXPECT_TRUE(all_close(b.out.select(0, 1), zeros({2, 6, 5}, {.dtype = kF64}), 0, 0)) << "fully masked batch";
+    EXPECT_TRUE(all(isfinite(b.dq)).item<bool>());
+  }
+}
+
+TEST(AttentionAdditiveMask, Gradcheck) {
+  // Gradients flow to q, k, v and to the additive mask itself (a learned bias),
+  // with -inf entries and one row that is -inf throughout.
+  Tensor a = leaf({1, 2, 3, 4}, 5, -1, 1);
+  Tensor blocked = tensor<bool>({false, true, false, false, true, true, true, true, false, false, true, false}, {1, 1, 3, 4});
+  Tensor bias = leaf({3, 4}, 6, -1, 1);
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(fmt::format("causal {}", causal));
+    EXPECT_GRADCHECK(
+        [&](const std::vector<Tensor>& in) {
+          return scaled_dot_product_attention(in[0], in[1], in[2], {.additive_mask = in[3], .causal = causal}).out;
+        },
+        {leaf({1, 2, 3, 2}, 1), leaf({1, 2, 4, 2}, 2), noncontiguous(leaf({1, 2, 4, 3}, 3)), a});
+    // A -inf pattern on a learned bias: the -inf entries get zero gradient.
+    EXPECT_GRADCHECK(
+        [&](const std::vector<Tensor>& in) {
+          Tensor add = masked_fill(in[3], blocked, kNegInf);
+          return scaled_dot_product_attention(in[0], in[1], in[2], {.additive_mask = add, .causal = causal}).out;
+        },
+        {leaf({1, 2, 3, 2}, 7), leaf({1, 2, 4, 2}, 8), leaf({1, 2, 4, 3}, 9), bias});
+  }
+}
+
+TEST(AttentionAdditiveMask, BFloat16AndErrors) {
+  Tensor q = random({1, 2, 3, 4}, 1, kF32), k = random({1, 2, 5, 4}, 2, kF32), v = random({1, 2, 5, 4}, 3, kF32);
+  Tensor a = random({3, 5}, 4, kF32);
+  Tensor want = scaled_dot_product_attention(to(to(q, kBF16), kF32), to(to(k, kBF16), kF32), to(to(v, kBF16), kF32),
+                                             {.additive_mask = to(to(a, kBF16), kF32)})
+                    .out;
+  Tensor got = scaled_dot_product_attention(to(q, kBF16), to(k, kBF16), to(v, kBF16), {.additive_mask = to(a, kBF16)}).out;
+  EXPECT_EQ(got.dtype(), kBF16);
+  EXPECT_TRUE(all_close(to(got, kF32), want, 1e-2, 1e-2));
+  EXPECT_KILN_ERROR(scaled_dot_product_attention(q, k, v, {.additive_mask = to(a, kF64)}),
+                    "[scaled_dot_product_attention] additive_mask must have q's dtype f32, got [3, 5] f64");
+  EXPECT_KILN_ERROR(scaled_dot_product_attention(q, k, v, {.additive_mask = random({3, 4}, 4, kF32)}),
+                    "additive_mask [3, 4] does not broadcast to [B, H, Tq, Tk] = [1, 2, 3, 5]");
+  EXPECT_KILN_ERROR(scaled_dot_product_attention(q, k, v, {.additive_mask = a, .policy = AttentionBackend::Flash}),
+                    "the flash path takes no additive_mask");
+}
+
+}  // namespace
+}  // namespace kiln

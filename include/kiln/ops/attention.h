@@ -12,7 +12,7 @@ namespace kiln {
 
 /// Which implementation scaled_dot_product_attention runs.
 enum class AttentionBackend {
-  Auto,      // Flash unless need_weights (then Standard)
+  Auto,      // Flash unless need_weights or additive_mask (then Standard)
   Standard,  // matmul, masked_fill, softmax, matmul: materialises [B, H, Tq, Tk]
   Flash,     // fused tiled kernel: never materialises [Tq, Tk]; cannot return weights
 };
@@ -22,6 +22,14 @@ enum class AttentionBackend {
 struct AttentionOptions {
   /// Bool, **true = allowed**, broadcastable to [B, H, Tq, Tk]; undefined: all allowed.
   Tensor mask{};
+  /// Float (q's dtype), broadcastable to [B, H, Tq, Tk], added to the scaled
+  /// scores before the softmax: spec 002's explicit additive mask (padding and
+  /// bidirectional masks as 0 / -inf, relative-position biases). -inf marks a
+  /// disallowed key; a row whose keys are all disallowed (by -inf, `mask` or
+  /// `causal`) is fully masked: zero weights and output, finite gradients (an
+  /// all -inf row is NaN in PyTorch). Differentiable. Standard path only: Auto
+  /// picks Standard when it is given; Flash with it is an error.
+  Tensor additive_mask{};
   /// Query i sees key j only when j <= i + (Tk - Tq): the causal diagonal is
   /// aligned to the bottom-right, so the last query sees every key (KV-cache
   /// decoding), as PyTorch 2.x's `causal_lower_right`. For Tq == Tk this is

@@ -1,0 +1,180 @@
+// Attention layers (SPECS L14, L17; spec 000 "Attention"): MultiheadAttention
+// and a pre-norm TransformerBlock with optional AdaLN-Zero conditioning, both
+// wrapping scaled_dot_product_attention (include/kiln/ops/attention.h).
+// Letter legend: B batch, T tokens (Tq queries, Tk keys), D model width,
+// H heads, Dh = D / H head width, F feed-forward width, C cond_dim.
+// Masks are bool with **true = allowed** (PyTorch's attn_mask: true = NOT allowed).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kiln/core/rngs.h"
+#include "kiln/nn/init.h"
+#include "kiln/nn/linear.h"
+#include "kiln/nn/module.h"
+#include "kiln/ops/attention.h"
+
+namespace kiln::nn {
+
+struct MultiheadAttentionOptions {
+  bool bias = true;      // in_proj_bias and out_proj.bias
+  double dropout = 0.0;  // on the attention weights, in training, drawn from rngs.next("dropout")
+  /// Key / value feature sizes when they differ from D (PyTorch's kdim / vdim):
+  /// then q_proj_weight [D, D], k_proj_weight [D, kdim], v_proj_weight [D, vdim]
+  /// replace in_proj_weight, as in PyTorch.
+  std::optional<int64_t> kdim{};
+  std::optional<int64_t> vdim{};
+  AttentionBackend policy = AttentionBackend::Auto;
+};
+
+/// What one MultiheadAttention call is told.
+struct AttentionCall {
+  /// Bool, true = allowed, broadcastable to [B, H, Tq, Tk] (padding_mask(valid)
+  /// gives [B, 1, 1, Tk], causal_mask(T) [1, 1, T, T]); undefined: all allowed.
+  Tensor mask{};
+  /// Float (the layer's dtype), broadcastable to [B, H, Tq, Tk], added to the
+  /// scores; -inf disallows a key. Takes the standard path.
+  Tensor additive_mask{};
+  /// Key j allowed for query i iff j <= i + (Tk - Tq) (and'ed with mask).
+  bool causal = false;
+  /// Also return the weights (forces the standard path, which materialises them).
+  bool need_weights = false;
+  /// Weights averaged over heads [B, Tq, Tk]; false: per head [B, H, Tq, Tk].
+  bool average_attn_weights = true;
+};
+
+struct AttentionOutput {
+  Tensor output;   // [B, Tq, D]
+  Tensor weights;  // [B, Tq, Tk] or [B, H, Tq, Tk]; undefined unless need_weights
+};
+
+/// Multi-head attention (L14): out_proj(concat_h softmax(q_h k_h^T / sqrt(Dh)) v_h)
+/// with q, k, v = the input projections of query [B, Tq, D], key [B, Tk, kdim]
+/// and value [B, Tk, vdim]. Parameter names and layouts are PyTorch's
+/// nn.MultiheadAttention (in_proj_weight [3D, D], in_proj_bias [3D],
+/// out_proj.weight [D, D], out_proj.bias [D]), so its state_dict loads.
+///
+/// A query row with no allowed key (in every head) gets zero weights and a
+/// zero output, out_proj.bias included, with finite (zero) gradients; PyTorch
+/// gives NaN there.
+///
+///   nn::MultiheadAttention mha(256, 4, rngs);
+///   auto [y, w] = mha.forward(x, x, x, {.mask = padding_mask(valid), .need_weights = true});
+class MultiheadAttention : public Module {
+ public:
+  /// embed_dim % num_heads == 0. Projection weights from init.weight with the
+  /// fan of one [D, D] projection (fan_in = D, kdim or vdim), biases from init.bias.
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, const Init& init,
+                     const MultiheadAttentionOptions& options = {});
+
+  /// Without randomness: attention dropout must be off (eval, or dropout 0).
+  AttentionOutput forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                          const AttentionCall& call = {}) const;
+  /// Attention dropout (training, dropout > 0) draws rngs.next("dropout").
+  AttentionOutput forward(const Tensor& query, const Tensor& key, const Tensor& value, Rngs& rngs,
+                          const AttentionCall& call = {}) const;
+
+  std::string extra_repr() const override;
+
+  int64_t embed_dim;
+  int64_t num_heads;
+  int64_t head_dim;
+  int64_t kdim;
+  int64_t vdim;
+  double dropout;
+  AttentionBackend policy;
+  Parameter in_proj_weight;  // [3D, D] when kdim == vdim == D, else undefined
+  Parameter q_proj_weight;   // [D, D]    only when kdim or vdim != D
+  Parameter k_proj_weight;   // [D, kdim] only when kdim or vdim != D
+  Parameter v_proj_weight;   // [D, vdim] only when kdim or vdim != D
+  Parameter in_proj_bias;    // [3D], undefined without bias
+  Shared<Linear> out_proj;   // D -> D
+
+ private:
+  AttentionOutput run(const Tensor& query, const Tensor& key, const Tensor& value, Rngs* rngs,
+                      const AttentionCall& call) const;
+};
+
+/// LayerNorm over the last dim, as the block's norm1 / norm2 (PyTorch names
+/// weight, bias; none without affine). A stand-in kept private to this family
+/// until nn::LayerNorm (the layers family) is on main.
+class BlockLayerNorm : public Module {
+ public:
+  BlockLayerNorm(int64_t dim, double eps, bool elementwise_affine, const Init& init);
+  Tensor forward(const Tensor& x) const;
+  std::string type_name() const override { return "LayerNorm"; }
+  std::string extra_repr() const override;
+
+  int64_t dim;
+  double eps;
+  Parameter weight;  // [dim], ones; undefined without affine
+  Parameter bias;    // [dim], zeros; undefined without affine
+};
+
+enum class TransformerActivation { gelu, gelu_tanh, relu };
+
+struct TransformerBlockOptions {
+  /// The MLP's hidden width F; default mlp_ratio * D.
+  std::optional<int64_t> dim_feedforward{};
+  double mlp_ratio = 4.0;
+  /// Dropout on the attention weights, after the activation and on both
+  /// residual branches (PyTorch's TransformerEncoderLayer dropout placement).
+  double dropout = 0.0;
+  TransformerActivation activation = TransformerActivation::gelu;
+  double norm_eps = 1e-5;
+  /// Causal self-attention by default in forward.
+  bool causal = false;
+  /// DiT's AdaLN-Zero: norms without affine, modulated by adaLN_modulation(silu(cond)).
+  bool adaln_zero = false;
+  int64_t cond_dim = 0;  // C, required with adaln_zero
+  bool bias = true;      // every Linear's bias
+  AttentionBackend policy = AttentionBackend::Auto;
+};
+
+/// What one TransformerBlock call is told.
+struct BlockCall {
+  Tensor mask{};           // bool, true = allowed, broadcastable to [B, H, T, T]
+  Tensor additive_mask{};  // float, added to the scores, broadcastable to [B, H, T, T]
+  Tensor cond{};           // [B, C]; required with adaln_zero, refused without
+};
+
+/// Pre-norm transformer block (L17): x + attn(norm1(x)), then x + mlp(norm2(x)),
+/// mlp = linear2(act(linear1(.))). Names as torch.nn.TransformerEncoderLayer
+/// (norm_first=True, batch_first=True): self_attn.*, linear1, linear2, norm1, norm2.
+///
+/// With adaln_zero (DiT), adaLN_modulation = Linear(C, 6D), zero-initialised,
+/// maps silu(cond) to shift/scale/gate for both sublayers:
+/// x + gate * sublayer(norm(x) * (1 + scale) + shift). At initialisation the
+/// block is the identity.
+///
+///   nn::TransformerBlock block(256, 4, rngs, {.causal = true});
+///   Tensor y = block.forward(x);  // x [B, T, 256]
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(int64_t dim, int64_t num_heads, const Init& init, const TransformerBlockOptions& options = {});
+
+  /// x [B, T, D] -> [B, T, D]; dropout must be off (eval or dropout 0).
+  Tensor forward(const Tensor& x, const BlockCall& call = {}) const;
+  /// Dropout (training, dropout > 0) draws from rngs.next("dropout").
+  Tensor forward(const Tensor& x, Rngs& rngs, const BlockCall& call = {}) const;
+
+  std::string extra_repr() const override;
+
+  int64_t dim;
+  int64_t num_heads;
+  int64_t dim_feedforward;
+  TransformerBlockOptions options;
+  Shared<MultiheadAttention> self_attn;
+  Shared<Linear> linear1;  // D -> F
+  Shared<Linear> linear2;  // F -> D
+  Shared<BlockLayerNorm> norm1;
+  Shared<BlockLayerNorm> norm2;
+  Shared<Linear> adaLN_modulation;  // C -> 6D, only with adaln_zero
+
+ private:
+  Tensor run(const Tensor& x, Rngs* rngs, const BlockCall& call) const;
+};
+
+}  // namespace kiln::nn
