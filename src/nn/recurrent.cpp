@@ -85,10 +85,11 @@ void make_cell_params(Module& m, const Init& init, int64_t G, int64_t I, int64_t
   }
 }
 
-void set_forget_bias(const Parameter& b_ih, int64_t H, double value) {
-  if (!b_ih.defined()) return;
+void set_forget_bias(const char* kind, const Parameter& b_ih, int64_t H, std::optional<double> value) {
+  KILN_CHECK(!value || std::isfinite(*value), kind, "forget_bias must be finite, got {}", *value);
+  if (!b_ih.defined() || !value) return;
   NoGradGuard no_grad;
-  fill_(narrow(b_ih.value(), 0, H, H), value);
+  fill_(narrow(b_ih.value(), 0, H, H), *value);
 }
 
 std::string cell_repr(int64_t I, int64_t H, bool bias) {
@@ -159,9 +160,8 @@ std::string GRUCell::extra_repr() const { return cell_repr(input_size, hidden_si
 LSTMCell::LSTMCell(int64_t I, int64_t H, const Init& init, LSTMCellOptions opts)
     : input_size(I), hidden_size(H), options(opts) {
   KILN_CHECK(I > 0 && H > 0, "LSTMCell", "input_size {} and hidden_size {} must be positive", I, H);
-  KILN_CHECK(std::isfinite(opts.forget_bias), "LSTMCell", "forget_bias must be finite, got {}", opts.forget_bias);
   make_cell_params(*this, init, 4, I, H, opts.bias, weight_ih, weight_hh, bias_ih, bias_hh, "");
-  set_forget_bias(bias_ih, H, opts.forget_bias);
+  set_forget_bias("LSTMCell", bias_ih, H, opts.forget_bias);
 }
 
 Tensor LSTMCell::input_projection(const Tensor& x) const { return linear(x, weight_ih, bias_ih); }
@@ -372,8 +372,7 @@ std::string GRU::extra_repr() const { return base_repr(); }
 
 LSTM::LSTM(int64_t I, int64_t H, const Init& init, LSTMOptions o)
     : RecurrentBase("LSTM", 4, I, H, o.num_layers, o.bias, init), forget_bias(o.forget_bias) {
-  KILN_CHECK(std::isfinite(o.forget_bias), "LSTM", "forget_bias must be finite, got {}", o.forget_bias);
-  for (int64_t k = 0; k < num_layers; ++k) set_forget_bias(bias_ih[size_t(k)], H, o.forget_bias);
+  for (int64_t k = 0; k < num_layers; ++k) set_forget_bias("LSTM", bias_ih[size_t(k)], H, o.forget_bias);
 }
 
 LSTMOutput LSTM::forward(const Tensor& x, const LSTMState& state, const Tensor& lengths) const {

@@ -278,6 +278,12 @@ TEST(Recurrent, ParameterNamesShapesAndInit) {
   // PyTorch's behaviour on request.
   LSTM torchlike(5, 8, rngs, {.forget_bias = 0.0});
   EXPECT_TRUE(equal(torchlike.bias_ih[0].value(), zeros({32})));
+  Init torch_init(rngs);
+  torch_init.bias = init::fan_in_uniform();
+  LSTM drawn(5, 8, torch_init, {.forget_bias = std::nullopt});  // every bias U(-1/sqrt(H), 1/sqrt(H))
+  EXPECT_LE(max(abs(drawn.bias_ih[0].value())).item<float>(), bound);
+  EXPECT_GT(max(abs(drawn.bias_ih[0].value().narrow(0, 8, 8))).item<float>(), 0.0f);
+  EXPECT_LT(max(abs(drawn.bias_ih[0].value().narrow(0, 8, 8))).item<float>(), 1.0f);
   LSTMCell cell(5, 8, rngs);
   EXPECT_TRUE(equal(cell.bias_ih.value().narrow(0, 8, 8), ones({8})));
   GRU gru(5, 8, rngs, {.bias = false});
@@ -328,6 +334,7 @@ TEST(Recurrent, Errors) {
   EXPECT_KILN_ERROR(gc.step(zeros({2, 3}), zeros({2, 5})), "[GRUCell] h [2, 5] must be [B, H] = [2, 4]");
   RNNCell rc(3, 4, rngs);
   EXPECT_KILN_ERROR(rc.step(zeros({2, 3}, {.dtype = kF64})), "[RNNCell] input dtype f64 does not match the parameters' f32");
+  EXPECT_KILN_ERROR(LSTM(3, 4, rngs, {.forget_bias = NAN}), "[LSTM] forget_bias must be finite, got nan");
   EXPECT_KILN_ERROR(RNNCell(0, 4, rngs), "[RNNCell] input_size 0 and hidden_size 4 must be positive");
 }
 

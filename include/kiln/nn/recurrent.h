@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,8 +60,9 @@ struct LSTMCellOptions {
   bool bias = true;
   /// Value written into bias_ih's forget slice [H, 2H) at construction
   /// (spec 000: "LSTM forget bias is one"); bias_hh stays as init.bias drew
-  /// it. PyTorch's behaviour: 0 with init.bias = fan-in uniform.
-  double forget_bias = 1.0;
+  /// it. nullopt keeps init.bias's draw there too (PyTorch's behaviour with
+  /// init.bias = nn::init::fan_in_uniform()).
+  std::optional<double> forget_bias = 1.0;
 };
 struct RNNOptions {
   int64_t num_layers = 1;
@@ -74,7 +76,7 @@ struct GRUOptions {
 struct LSTMOptions {
   int64_t num_layers = 1;
   bool bias = true;
-  double forget_bias = 1.0;  // as LSTMCellOptions::forget_bias, for every layer
+  std::optional<double> forget_bias = 1.0;  // as LSTMCellOptions::forget_bias, for every layer
 };
 
 // ---- cells: one timestep, x [B, I] and state [B, H] ----
@@ -184,7 +186,7 @@ class LSTM : public RecurrentBase {
   LSTMOutput forward(const Tensor& x, const LSTMState& state = {}, const Tensor& lengths = {}) const;
   std::string extra_repr() const override;
 
-  double forget_bias;
+  std::optional<double> forget_bias;
 };
 
 }  // namespace kiln::nn
