@@ -64,5 +64,6 @@ void core_benches(std::vector<Bench>& out);  // add, matmul, FMA peak: kiln_benc
 void conv_benches(std::vector<Bench>& out);  // conv2d, max_pool2d fwd+bwd: conv_bench.cpp
 void norm_benches(std::vector<Bench>& out);  // layer_norm, cross_entropy, batch_norm: norm_bench.cpp
 void attention_benches(std::vector<Bench>& out);  // attention_bench.cpp
+void recurrent_benches(std::vector<Bench>& out);  // lstm, gru fwd+bwd: recurrent_bench.cpp
 
 }  // namespace bench

@@ -103,6 +103,7 @@ std::vector<Bench> all_benches() {
   conv_benches(out);
   norm_benches(out);
   attention_benches(out);
+  recurrent_benches(out);
   return out;
 }
 
