@@ -248,6 +248,22 @@ TEST(Recurrent, TruncatedBpttCutsTheGraph) {
   EXPECT_FALSE(y1.grad().defined());
 }
 
+// bf16 parameters and input: the same layer's f32 result within bf16 rounding.
+TEST(Recurrent, Bf16FollowsF32) {
+  Rngs rngs(10);
+  LSTM lstm(3, 8, rngs);
+  GRU gru(3, 8, rngs);
+  Tensor x = leaf({2, 4, 3}, 18).detach().to(kF32);
+  auto want = lstm.forward(x);
+  auto gwant = gru.forward(x);
+  lstm.to(kBF16);
+  gru.to(kBF16);
+  auto got = lstm.forward(x.to(kBF16), {}, lengths_of({4, 2}));
+  EXPECT_EQ(got.output.dtype(), kBF16);
+  EXPECT_TRUE(all_close(got.output.to(kF32).select(0, 0), want.output.select(0, 0), 3e-2, 3e-2));
+  EXPECT_TRUE(all_close(gru.forward(x.to(kBF16)).h.to(kF32), gwant.h, 3e-2, 3e-2));
+}
+
 // ---- construction ----
 
 TEST(Recurrent, ParameterNamesShapesAndInit) {
