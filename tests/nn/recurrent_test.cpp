@@ -248,6 +248,31 @@ TEST(Recurrent, TruncatedBpttCutsTheGraph) {
   EXPECT_FALSE(y1.grad().defined());
 }
 
+// A cell stepped over unbind(x, 1) (strided [B, I] views) equals the layer
+// with the same weights, for step and for step_with_gates on a projection
+// of the whole sequence.
+TEST(Recurrent, CellLoopEqualsLayer) {
+  Rngs rngs(11);
+  LSTM lstm(3, 4, rngs);
+  LSTMCell cell(3, 4, rngs);
+  cell.load_state_dict(StateDict{{"weight_ih", lstm.weight_ih[0].value()}, {"weight_hh", lstm.weight_hh[0].value()},
+                                 {"bias_ih", lstm.bias_ih[0].value()}, {"bias_hh", lstm.bias_hh[0].value()}});
+  Tensor x = leaf({2, 5, 3}, 19).detach().to(kF32);
+  auto want = lstm.forward(x);
+  LSTMState s, s2;
+  std::vector<Tensor> hs;
+  Tensor gi = cell.input_projection(x);  // [2, 5, 16]
+  int64_t t = 0;
+  for (const Tensor& x_t : unbind(x, 1)) {
+    s = cell.step(x_t, s);
+    s2 = cell.step_with_gates(gi.select(1, t++), s2);
+    hs.push_back(s.h);
+  }
+  EXPECT_TRUE(all_close(stack(hs, 1), want.output, 1e-5, 1e-6));
+  EXPECT_TRUE(all_close(s.c, want.state.c.select(0, 0), 1e-5, 1e-6));
+  EXPECT_TRUE(all_close(s2.h, want.state.h.select(0, 0), 1e-5, 1e-6));
+}
+
 // bf16 parameters and input: the same layer's f32 result within bf16 rounding.
 TEST(Recurrent, Bf16FollowsF32) {
   Rngs rngs(10);
