@@ -66,5 +66,6 @@ void norm_benches(std::vector<Bench>& out);  // layer_norm, cross_entropy, batch
 void attention_benches(std::vector<Bench>& out);  // attention_bench.cpp
 void resize_benches(std::vector<Bench>& out);  // interpolate, rotary_embedding fwd+bwd: resize_bench.cpp
 void mha_benches(std::vector<Bench>& out);        // MultiheadAttention, TransformerBlock: mha_bench.cpp
+void recurrent_benches(std::vector<Bench>& out);  // lstm, gru fwd+bwd: recurrent_bench.cpp
 
 }  // namespace bench

@@ -105,6 +105,7 @@ std::vector<Bench> all_benches() {
   attention_benches(out);
   resize_benches(out);
   mha_benches(out);
+  recurrent_benches(out);
   return out;
 }
 
