@@ -219,28 +219,6 @@ std::string MultiheadAttention::extra_repr() const {
   return s;
 }
 
-// ---- BlockLayerNorm ----
-
-BlockLayerNorm::BlockLayerNorm(int64_t dim, double eps, bool elementwise_affine, const Init& init)
-    : dim(dim), eps(eps) {
-  KILN_CHECK(dim > 0, "LayerNorm", "normalized_shape {} must be positive", dim);
-  KILN_CHECK(eps > 0, "LayerNorm", "eps must be positive, got {}", eps);
-  if (elementwise_affine) {
-    weight = register_parameter("weight", init.make(init::ones(), {dim}, {dim, dim}, /*decay=*/false));
-    bias = register_parameter("bias", init.make(init::zeros(), {dim}, {dim, dim}, /*decay=*/false));
-  }
-}
-
-Tensor BlockLayerNorm::forward(const Tensor& x) const {
-  KILN_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == dim, "LayerNorm",
-             "input {} must end in normalized_shape [{}]", x.defined() ? to_string(x.shape()) : "undefined", dim);
-  return layer_norm(x, {dim}, weight, bias, eps);
-}
-
-std::string BlockLayerNorm::extra_repr() const {
-  return fmt::format("({},), eps={}, elementwise_affine={}", dim, eps, weight.defined());
-}
-
 // ---- TransformerBlock ----
 
 TransformerBlock::TransformerBlock(int64_t D, int64_t H, const Init& init, const TransformerBlockOptions& o)
@@ -258,8 +236,10 @@ TransformerBlock::TransformerBlock(int64_t D, int64_t H, const Init& init, const
                               MultiheadAttention(D, H, init, {.bias = o.bias, .dropout = o.dropout, .policy = o.policy}));
   linear1 = register_module("linear1", Linear(D, dim_feedforward, init, o.bias));
   linear2 = register_module("linear2", Linear(dim_feedforward, D, init, o.bias));
-  norm1 = register_module("norm1", BlockLayerNorm(D, o.norm_eps, !o.adaln_zero, init));
-  norm2 = register_module("norm2", BlockLayerNorm(D, o.norm_eps, !o.adaln_zero, init));
+  norm1 = register_module("norm1", LayerNorm({D}, o.norm_eps, /*elementwise_affine=*/!o.adaln_zero));
+  norm2 = register_module("norm2", LayerNorm({D}, o.norm_eps, /*elementwise_affine=*/!o.adaln_zero));
+  norm1->to(init.dtype);  // norms are made in f32; the block follows init.dtype
+  norm2->to(init.dtype);
   if (o.adaln_zero) {
     Init zero = init;  // AdaLN-Zero: the modulation starts at zero, so the block starts as the identity
     zero.weight = init::zeros();

@@ -14,6 +14,7 @@
 #include "kiln/nn/init.h"
 #include "kiln/nn/linear.h"
 #include "kiln/nn/module.h"
+#include "kiln/nn/norm.h"
 #include "kiln/ops/attention.h"
 
 namespace kiln::nn {
@@ -97,22 +98,6 @@ class MultiheadAttention : public Module {
                       const AttentionCall& call) const;
 };
 
-/// LayerNorm over the last dim, as the block's norm1 / norm2 (PyTorch names
-/// weight, bias; none without affine). A stand-in kept private to this family
-/// until nn::LayerNorm (the layers family) is on main.
-class BlockLayerNorm : public Module {
- public:
-  BlockLayerNorm(int64_t dim, double eps, bool elementwise_affine, const Init& init);
-  Tensor forward(const Tensor& x) const;
-  std::string type_name() const override { return "LayerNorm"; }
-  std::string extra_repr() const override;
-
-  int64_t dim;
-  double eps;
-  Parameter weight;  // [dim], ones; undefined without affine
-  Parameter bias;    // [dim], zeros; undefined without affine
-};
-
 enum class TransformerActivation { gelu, gelu_tanh, relu };
 
 struct TransformerBlockOptions {
@@ -169,8 +154,8 @@ class TransformerBlock : public Module {
   Shared<MultiheadAttention> self_attn;
   Shared<Linear> linear1;  // D -> F
   Shared<Linear> linear2;  // F -> D
-  Shared<BlockLayerNorm> norm1;
-  Shared<BlockLayerNorm> norm2;
+  Shared<LayerNorm> norm1;
+  Shared<LayerNorm> norm2;
   Shared<Linear> adaLN_modulation;  // C -> 6D, only with adaln_zero
 
  private:
