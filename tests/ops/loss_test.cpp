@@ -338,29 +338,20 @@ TEST(LossGrad, Pointwise) {
 }
 
 TEST(LossGrad, SecondOrderThroughCreateGraph) {
-  auto second = [](std::function<Tensor(const std::vector<Tensor>&)> f, std::vector<Tensor> inputs) {
-    TensorFn outer = [f](const std::vector<Tensor>& in) {
-      std::vector<Tensor> g = kiln::grad([f](const std::vector<Tensor>& xs) { return f(xs); }, in);
-      Tensor total = sum(g[0] * g[0] * g[0]);
-      for (size_t i = 1; i < g.size(); ++i) total = total + sum(g[i] * g[i] * g[i]);
-      return total;
-    };
-    return gradcheck(outer, inputs);
-  };
   Tensor x = leaf({4, 3}, 30, -2, 2), y = leaf({4, 3}, 31, 0, 1), w = leaf({3}, 32, 0.5, 1.5).detach();
   Tensor t = tensor<int64_t>({0, 2, -100, 1}, {4});
   Tensor m = tensor<bool>({true, true, true, false}, {4});
-  auto r1 = second([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], t, m, {.label_smoothing = 0.1}); },
-                   {x});
+  auto r1 = gradcheck_second_order([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], t, m, {.label_smoothing = 0.1}); },
+                                   {x});
   EXPECT_TRUE(r1.ok) << r1.message;
-  auto r2 = second([&](const std::vector<Tensor>& in) { return binary_cross_entropy_with_logits(in[0], in[1], w, w); },
-                   {x, y});
+  auto r2 = gradcheck_second_order([&](const std::vector<Tensor>& in) { return binary_cross_entropy_with_logits(in[0], in[1], w, w); },
+                                   {x, y});
   EXPECT_TRUE(r2.ok) << r2.message;
-  auto r3 = second([](const std::vector<Tensor>& in) { return sum(mse_loss(in[0], in[1], Reduction::None)); },
-                   {x, y});
+  auto r3 = gradcheck_second_order([](const std::vector<Tensor>& in) { return sum(mse_loss(in[0], in[1], Reduction::None)); },
+                                   {x, y});
   EXPECT_TRUE(r3.ok) << r3.message;
   Tensor p = leaf({4, 3}, 33, 0.2, 0.8);
-  auto r4 = second([](const std::vector<Tensor>& in) { return binary_cross_entropy(in[0], in[1]); }, {p, y});
+  auto r4 = gradcheck_second_order([](const std::vector<Tensor>& in) { return binary_cross_entropy(in[0], in[1]); }, {p, y});
   EXPECT_TRUE(r4.ok) << r4.message;
 }
 

@@ -255,31 +255,18 @@ TEST(NormGrad, BatchNorm) {
 }
 
 TEST(NormGrad, SecondOrderThroughCreateGraph) {
-  auto second = [](std::function<Tensor(const std::vector<Tensor>&)> f, std::vector<Tensor> inputs) {
-    TensorFn outer = [f](const std::vector<Tensor>& in) {
-      TensorFn loss = [f](const std::vector<Tensor>& xs) {
-        Tensor y = f(xs);
-        return sum(y * y * y);
-      };
-      std::vector<Tensor> g = kiln::grad(loss, in);
-      Tensor total = sum(g[0] * g[0]);
-      for (size_t i = 1; i < g.size(); ++i) total = total + sum(g[i] * g[i]);
-      return total;
-    };
-    return gradcheck(outer, inputs);
-  };
   Tensor x = leaf({3, 4}, 400, -2, 2), w = leaf({4}, 401, 0.5, 1.5), b = leaf({4}, 402);
-  auto r1 = second([](const std::vector<Tensor>& in) { return layer_norm(in[0], {4}, in[1], in[2]); }, {x, w, b});
+  auto r1 = gradcheck_second_order([](const std::vector<Tensor>& in) { return layer_norm(in[0], {4}, in[1], in[2]); }, {x, w, b});
   EXPECT_TRUE(r1.ok) << r1.message;
-  auto r2 = second([](const std::vector<Tensor>& in) { return rms_norm(in[0], {4}, in[1]); }, {x, w});
+  auto r2 = gradcheck_second_order([](const std::vector<Tensor>& in) { return rms_norm(in[0], {4}, in[1]); }, {x, w});
   EXPECT_TRUE(r2.ok) << r2.message;
   Tensor xb = leaf({3, 2, 2}, 403, -2, 2), wb = leaf({2}, 404, 0.5, 1.5), bb = leaf({2}, 405);
-  auto r3 = second([](const std::vector<Tensor>& in) { return batch_norm(in[0], {}, {}, in[1], in[2], true); },
-                   {xb, wb, bb});
+  auto r3 = gradcheck_second_order([](const std::vector<Tensor>& in) { return batch_norm(in[0], {}, {}, in[1], in[2], true); },
+                                   {xb, wb, bb});
   EXPECT_TRUE(r3.ok) << r3.message;
   Tensor rm = rnd({2}, kF64, 406), rv = add(abs(rnd({2}, kF64, 407)), 0.5);
-  auto r4 = second([&](const std::vector<Tensor>& in) { return batch_norm(in[0], rm, rv, in[1], in[2], false); },
-                   {xb, wb, bb});
+  auto r4 = gradcheck_second_order([&](const std::vector<Tensor>& in) { return batch_norm(in[0], rm, rv, in[1], in[2], false); },
+                                   {xb, wb, bb});
   EXPECT_TRUE(r4.ok) << r4.message;
 }
 

@@ -68,28 +68,15 @@ TEST(RnnCellGrad, GruGradcheck) {
 }
 
 TEST(RnnCellGrad, SecondOrderThroughCreateGraph) {
-  auto second = [](std::function<Tensor(const std::vector<Tensor>&)> f, std::vector<Tensor> inputs) {
-    TensorFn outer = [f](const std::vector<Tensor>& in) {
-      TensorFn loss = [f](const std::vector<Tensor>& xs) {
-        Tensor y = f(xs);
-        return sum(y * y * y);
-      };
-      std::vector<Tensor> g = kiln::grad(loss, in);
-      Tensor total = sum(g[0] * g[0]);
-      for (size_t i = 1; i < g.size(); ++i) total = total + sum(g[i] * g[i]);
-      return total;
-    };
-    return gradcheck(outer, inputs);
-  };
-  auto r1 = second(
+  auto r1 = gradcheck_second_order(
       [](const std::vector<Tensor>& in) {
         auto [h, c] = lstm_cell_pointwise(in[0], in[1]);
         return h + 2.0 * c;
       },
       {leaf({2, 8}, 80, -2, 2), leaf({2, 2}, 81)});
   EXPECT_TRUE(r1.ok) << r1.message;
-  auto r2 = second([](const std::vector<Tensor>& in) { return gru_cell_pointwise(in[0], in[1], in[2]); },
-                   {leaf({2, 6}, 82, -2, 2), leaf({2, 6}, 83, -2, 2), leaf({2, 2}, 84)});
+  auto r2 = gradcheck_second_order([](const std::vector<Tensor>& in) { return gru_cell_pointwise(in[0], in[1], in[2]); },
+                                   {leaf({2, 6}, 82, -2, 2), leaf({2, 6}, 83, -2, 2), leaf({2, 2}, 84)});
   EXPECT_TRUE(r2.ok) << r2.message;
 }
 

@@ -32,6 +32,19 @@ Tensor noncontiguous(const Tensor& x);
 /// Random f64 leaf with requires_grad for gradchecks, values in [lo, hi).
 Tensor leaf(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0);
 
+/// Second order: gradcheck of x -> sum_i sum(g_i^2), g = d sum(fn(x)^3) / dx
+/// computed with create_graph, so every vjp's own vjp is checked.
+/// (inline: the core tests link no autograd.)
+inline GradcheckResult gradcheck_second_order(const Fn& fn, const std::vector<Tensor>& inputs) {
+  TensorFn outer = [fn](const std::vector<Tensor>& in) {
+    std::vector<Tensor> g = kiln::grad([fn](const std::vector<Tensor>& xs) { return sum(pow(fn(xs), 3)); }, in);
+    Tensor total = sum(g[0] * g[0]);
+    for (size_t i = 1; i < g.size(); ++i) total = total + sum(g[i] * g[i]);
+    return total;
+  };
+  return gradcheck(outer, inputs);
+}
+
 }  // namespace kiln::testing
 
 /// EXPECT_KILN_ERROR(stmt, "substring"): stmt throws kiln::Error whose what()
