@@ -143,4 +143,15 @@ std::string RMSNorm::extra_repr() const {
   return fmt::format("{}, eps={}, elementwise_affine={}", shape_tuple(normalized_shape), eps, elementwise_affine);
 }
 
+// ---- the same in init.dtype ----
+
+BatchNorm1d::BatchNorm1d(int64_t c, const Init& init, BatchNormOptions o) : BatchNorm1d(c, o) { to(init.dtype); }
+BatchNorm2d::BatchNorm2d(int64_t c, const Init& init, BatchNormOptions o) : BatchNorm2d(c, o) { to(init.dtype); }
+LayerNorm::LayerNorm(Shape shape, const Init& init, double e, bool affine) : LayerNorm(std::move(shape), e, affine) {
+  to(init.dtype);
+}
+RMSNorm::RMSNorm(Shape shape, const Init& init, double e, bool affine) : RMSNorm(std::move(shape), e, affine) {
+  to(init.dtype);
+}
+
 }  // namespace kiln::nn

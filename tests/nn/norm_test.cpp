@@ -137,3 +137,23 @@ TEST(NormLayers, BadArgumentsAndInputs) {
 
 }  // namespace
 }  // namespace kiln::nn
+
+namespace kiln::nn {
+namespace {
+
+// M10: one Init threaded down puts the norms in its dtype too.
+TEST(NormInit, NormsFollowTheInitDtype) {
+  Rngs rngs(0);
+  Init init(rngs);
+  init.dtype = kF64;
+  Sequential net(Conv2d(1, 4, 3, init), BatchNorm2d(4, init), Flatten(), Linear(4 * 2 * 2, 6, init),
+                 BatchNorm1d(6, init), LayerNorm({6}, init), RMSNorm({6}, init));
+  for (const auto& [path, p] : net.named_parameters()) EXPECT_EQ(p.dtype(), kF64) << path;
+  for (const auto& [path, b] : net.named_buffers())
+    EXPECT_EQ(b.dtype(), path.ends_with("num_batches_tracked") ? kI64 : kF64) << path;
+  EXPECT_EQ(net.forward(ones({2, 1, 4, 4}, {.dtype = kF64})).dtype(), kF64);
+  EXPECT_EQ(rngs.state().at("params").count, 4u);  // conv and linear weights and biases; norms draw nothing
+}
+
+}  // namespace
+}  // namespace kiln::nn

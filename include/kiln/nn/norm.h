@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "kiln/nn/init.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::nn {
@@ -27,6 +28,10 @@ struct BatchNormOptions {
   // n / (n - 1) update (needed to reproduce PyTorch's running_var).
   bool unbiased_running_var = false;
 };
+
+// The norms start as f32 ones and zeros; the constructors taking an Init make
+// them in init.dtype instead, so a model threading one Init down (M10) is in
+// one dtype throughout.
 
 // Shared by BatchNorm1d and BatchNorm2d: parameters weight, bias; buffers
 // running_mean [C] (zeros), running_var [C] (ones), num_batches_tracked (i64
@@ -54,6 +59,8 @@ class BatchNormBase : public Module {
 class BatchNorm1d : public BatchNormBase {
  public:
   explicit BatchNorm1d(int64_t num_features, BatchNormOptions options = {});
+  // In init.dtype (the values are fixed: ones, zeros; nothing is drawn).
+  BatchNorm1d(int64_t num_features, const Init& init, BatchNormOptions options = {});
 
  protected:
   void check_input(const Tensor& x) const override;
@@ -63,6 +70,7 @@ class BatchNorm1d : public BatchNormBase {
 class BatchNorm2d : public BatchNormBase {
  public:
   explicit BatchNorm2d(int64_t num_features, BatchNormOptions options = {});
+  BatchNorm2d(int64_t num_features, const Init& init, BatchNormOptions options = {});
 
  protected:
   void check_input(const Tensor& x) const override;
@@ -74,6 +82,7 @@ class BatchNorm2d : public BatchNormBase {
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  LayerNorm(Shape normalized_shape, const Init& init, double eps = 1e-5, bool elementwise_affine = true);
   Tensor forward(const Tensor& x) const;
   std::string extra_repr() const override;
 
@@ -88,6 +97,7 @@ class LayerNorm : public Module {
 class RMSNorm : public Module {
  public:
   explicit RMSNorm(Shape normalized_shape, double eps = 1e-6, bool elementwise_affine = true);
+  RMSNorm(Shape normalized_shape, const Init& init, double eps = 1e-6, bool elementwise_affine = true);
   Tensor forward(const Tensor& x) const;
   std::string extra_repr() const override;
 
