@@ -21,6 +21,11 @@ Dropout::Dropout(double p_, uint64_t seed) : p(p_), gen_(seed) {
   KILN_CHECK(p >= 0.0 && p <= 1.0, "Dropout", "p must be in [0, 1], got {}", p);
 }
 
+Dropout::Dropout(double p_, const Init& init) : Dropout(p_) {
+  KILN_CHECK(init.rngs != nullptr, "Dropout", "no Rngs to draw the dropout generator from");
+  gen_ = init.rngs->has("dropout") ? init.rngs->next("dropout") : init.rngs->next("params");
+}
+
 Tensor Dropout::forward(const Tensor& x) {
   check_input(x);
   return in_layer("Dropout", [&] { return dropout(x, p, is_training(), gen_); });

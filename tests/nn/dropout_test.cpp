@@ -57,6 +57,24 @@ TEST(DropoutLayer, MaskReplaysFromSeedAndGenerator) {
   EXPECT_KILN_ERROR(a.forward(x, params_only), "no stream named 'dropout'");
 }
 
+// Built from the model's Init, each Dropout gets its own generator: two layers'
+// masks differ, and the same seed rebuilds the same model's masks.
+TEST(DropoutLayer, InitGivesEachLayerItsOwnGenerator) {
+  Tensor x = ones({8, 16});
+  Rngs rngs{{"params", 0}, {"dropout", 7}};
+  Dropout a(0.5, rngs), b(0.5, rngs);
+  Tensor ya = a.forward(x);
+  EXPECT_FALSE(equal(ya, b.forward(x)));
+  EXPECT_EQ(rngs.state().at("dropout").count, 2u);
+  EXPECT_EQ(rngs.state().at("params").count, 0u);
+  Rngs again{{"params", 0}, {"dropout", 7}};
+  Dropout a2(0.5, again);
+  EXPECT_TRUE(equal(a2.forward(x), ya));
+  Rngs params_only(3);
+  Dropout c(0.5, params_only);  // no "dropout" stream: drawn from "params"
+  EXPECT_EQ(params_only.state().at("params").count, 1u);
+}
+
 TEST(DropoutLayer, GradientIsMaskOverKeep) {
   Dropout d(0.4, 9);
   Tensor x = leaf({6, 7}, 2);

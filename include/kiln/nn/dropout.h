@@ -4,6 +4,9 @@
 //   y = drop(x, rngs);   // spec 000: draws a generator from rngs.next("dropout")
 //   y = drop(x);         // for Sequential: the module's own generator, seeded at
 //                        // construction; save/restore it with generator().state()
+// Construct with the model's Init (Dropout(p, init)) so each Dropout gets its
+// own generator from the Rngs: two Dropouts built with the same seed draw the
+// same masks.
 // Masks differ from PyTorch's (another RNG), so there is no PyTorch parity.
 #pragma once
 
@@ -12,6 +15,7 @@
 
 #include "kiln/core/generator.h"
 #include "kiln/core/rngs.h"
+#include "kiln/nn/init.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::nn {
@@ -20,6 +24,9 @@ class Dropout : public Module {
  public:
   // p in [0, 1]: the probability of zeroing an element; kept ones scale by 1 / (1 - p).
   explicit Dropout(double p = 0.5, uint64_t seed = 0);
+  // The own generator drawn from init.rngs: its "dropout" stream if it has one,
+  // else "params".
+  Dropout(double p, const Init& init);
 
   Tensor forward(const Tensor& x);
   Tensor forward(const Tensor& x, Rngs& rngs) const;
