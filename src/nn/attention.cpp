@@ -197,7 +197,11 @@ AttentionOutput MultiheadAttention::run(const Tensor& query, const Tensor& key, 
   // ---- fully masked query rows: zero output, out_proj.bias included (spec 000) ----
   if (out_proj->bias.defined()) {
     Tensor allowed = call.mask;
-    if (call.causal) allowed = allowed.defined() ? logical_and(allowed, causal_mask(Tq, Tk)) : causal_mask(Tq, Tk);
+    // Causal visibility alone leaves a row with no key only when Tq > Tk (row i
+    // sees keys j <= i + Tk - Tq), so the common causal call skips this work.
+    const bool causal_matters = call.causal && (Tq > Tk || call.mask.defined() || call.additive_mask.defined());
+    if (causal_matters)
+      allowed = allowed.defined() ? logical_and(allowed, causal_mask(Tq, Tk)) : causal_mask(Tq, Tk);
     if (call.additive_mask.defined()) {
       Tensor open = ne(call.additive_mask, -std::numeric_limits<double>::infinity());
       allowed = allowed.defined() ? logical_and(allowed, open) : open;

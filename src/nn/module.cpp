@@ -48,7 +48,7 @@ void replace_data(const Tensor& dst, const Tensor& src) {
 ParameterList::ParameterList(std::vector<Parameter> params) : params_(std::move(params)) {
   for (size_t i = 0; i < params_.size(); ++i) {
     KILN_CHECK(params_[i].defined(), "ParameterList", "parameter #{} is undefined", i);
-    names_.push_back("#" + std::to_string(i));
+    names_.push_back(fmt::format("#{}", i));
     seen_.push_back({params_[i].dtype(), params_[i].shape()});
   }
 }
@@ -104,7 +104,6 @@ void Module::add_child(std::string n, std::shared_ptr<Module> module) {
 }
 
 Parameter Module::register_parameter(std::string n, const Tensor& value, bool decay) {
-  check_new_name("register_parameter", n);
   return register_parameter(std::move(n), Parameter(value, decay));
 }
 
