@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/nn/layer_testing.h"
 #include "tests/nn/parity.h"
 
 namespace kiln::nn {
@@ -29,13 +30,8 @@ TEST(Linear, SequentialOfActivationsMatchesPyTorch) {
 
 TEST(Linear, GradcheckThroughTheModule) {
   Rngs rngs(0);
-  Init init(rngs);
-  init.dtype = kF64;
-  init.bias = init::uniform(-0.5, 0.5);
-  Linear lin(4, 3, init);
-  Tensor x = leaf({2, 4}, 1);
-  EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
-                   {x, lin.weight.value(), lin.bias.value()});
+  Linear lin(4, 3, f64_init(rngs));
+  expect_module_gradcheck(lin, leaf({2, 4}, 1));
 }
 
 TEST(Linear, BadInputNamesShapes) {
