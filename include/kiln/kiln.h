@@ -47,4 +47,6 @@
 #include "kiln/nn/state_dict.h"
 #include "kiln/nn/transforms.h"
 #include "kiln/nn/upsample.h"
+#include "kiln/optim/scheduler.h"
+#include "kiln/optim/schedulers.h"
 #include "kiln/io/safetensors.h"
