@@ -355,6 +355,11 @@ TEST(SchedulerSchedule, StepAdvancesAndNegativeStepsAreErrors) {
   EXPECT_KILN_ERROR(s.momentum(-2), "[CosineScheduler] step must be >= 0");
   OneCycleScheduler o({.max_lr = 1.0, .total_steps = 10});
   EXPECT_KILN_ERROR(o.momentum(-1), "[OneCycleScheduler] step must be >= 0");
+  // Steps live in doubles in state_dicts: 2^53 is the last exact one.
+  s.load_state_dict({{"last_step", 9007199254740992.0}});
+  EXPECT_EQ(s.last_step(), int64_t(1) << 53);
+  EXPECT_EQ(s.get_lr(), 0.0);
+  EXPECT_KILN_ERROR(s.step(), "[CosineScheduler] step(): last_step 9007199254740992 cannot advance further");
   ReduceOnPlateauScheduler p({.lr = 0.1});
   EXPECT_KILN_ERROR(p.step(), "[ReduceOnPlateauScheduler] step() needs the metric");
   EXPECT_EQ(p.last_step(), 0);
