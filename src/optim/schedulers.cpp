@@ -321,7 +321,9 @@ CyclicScheduler::CyclicScheduler(const CyclicOptions& options) : options_(option
   check_lr(name(), "max_lr", o.max_lr);
   check_steps(name(), "step_size_up", o.step_size_up, 1);
   check_steps(name(), "step_size_down", o.step_size_down, 0);
-  if (o.mode == CyclicMode::ExpRange) check_factor(name(), "gamma", o.gamma);
+  // ExpRange scales the amplitude by gamma^step: above 1 it overflows to inf.
+  if (o.mode == CyclicMode::ExpRange)
+    KILN_CHECK(o.gamma > 0.0 && o.gamma <= 1.0, name(), "gamma must be in (0, 1] for mode ExpRange, got {}", o.gamma);
   if (o.cycle_momentum) {
     check_lr(name(), "base_momentum", o.base_momentum);
     check_lr(name(), "max_momentum", o.max_momentum);

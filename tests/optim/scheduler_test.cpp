@@ -611,7 +611,10 @@ TEST(SchedulerOptions, EveryConstructorCheck) {
   EXPECT_KILN_ERROR(CyclicScheduler({.max_lr = kInf}), "[CyclicScheduler] max_lr must be finite");
   EXPECT_KILN_ERROR(CyclicScheduler({.step_size_up = 0}), "[CyclicScheduler] step_size_up must be >= 1, got 0");
   EXPECT_KILN_ERROR(CyclicScheduler({.step_size_down = -1}), "[CyclicScheduler] step_size_down must be >= 0, got -1");
-  EXPECT_KILN_ERROR(CyclicScheduler({.mode = CyclicMode::ExpRange, .gamma = 0}), "[CyclicScheduler] gamma must be finite and > 0");
+  EXPECT_KILN_ERROR(CyclicScheduler({.mode = CyclicMode::ExpRange, .gamma = 0}),
+                    "[CyclicScheduler] gamma must be in (0, 1] for mode ExpRange, got 0");
+  EXPECT_KILN_ERROR(CyclicScheduler({.mode = CyclicMode::ExpRange, .gamma = 1.01}), "gamma must be in (0, 1]");
+  EXPECT_KILN_ERROR(CyclicScheduler({.mode = CyclicMode::ExpRange, .gamma = kNaN}), "gamma must be in (0, 1]");
   CyclicScheduler triangular_ignores_gamma({.gamma = 0});
   EXPECT_KILN_ERROR(CyclicScheduler({.cycle_momentum = true, .base_momentum = -1}), "[CyclicScheduler] base_momentum must be finite");
   EXPECT_KILN_ERROR(CyclicScheduler({.cycle_momentum = true, .max_momentum = kInf}), "[CyclicScheduler] max_momentum must be finite");
