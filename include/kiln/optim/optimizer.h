@@ -84,11 +84,13 @@ class Optimizer {
   void load_state_dict(const nn::StateDict& state);
 
  protected:
-  Optimizer(std::string name, std::vector<ParamGroup> groups);
+  // An optimizer needs at least one parameter unless allow_empty (NoOp).
+  Optimizer(std::string name, std::vector<ParamGroup> groups, bool allow_empty = false);
 
   // The update of one parameter from its gradient (contiguous, same dtype and
-  // shape as the parameter; may be overwritten). Called under no-grad.
-  virtual void update(size_t group, const nn::Parameter& param, Tensor& grad) = 0;
+  // shape as the parameter; read-only: it may be the caller's). Called under
+  // no-grad, after every gradient of the step has been checked.
+  virtual void update(size_t group, const nn::Parameter& param, const Tensor& grad) = 0;
   // Names of the per-parameter state this optimizer may allocate ("exp_avg"):
   // load_state_dict accepts exactly these. A state named "step" is an i64
   // scalar; the others have the parameter's shape and dtype.
@@ -113,11 +115,17 @@ class Optimizer {
   std::vector<double> lr_scale_;    // per group
   std::vector<std::string> keys_;   // per parameter (groups flattened): its name in state_dict
   int64_t step_count_ = 0;
+  struct Pending {
+    size_t group;
+    const nn::Parameter* param;
+    Tensor grad;
+  };
+  std::vector<Pending> pending_;  // one step's checked work; kept to reuse its capacity
 };
 
 // The typed half of an optimizer: one Options struct per group. Options has
 // `template <class F> void visit(F&& f)` calling f("name", field) for every
-// double or bool field, and `void validate(const char* op) const`.
+// double, integer or bool field, and `void validate(const char* op) const`.
 template <class Options>
 class OptimizerWith : public Optimizer {
  public:
@@ -125,8 +133,8 @@ class OptimizerWith : public Optimizer {
   const Options& options(size_t group = 0) const { return options_.at(group); }
 
  protected:
-  OptimizerWith(std::string name, std::vector<ParamGroup> groups, const Options& defaults)
-      : Optimizer(std::move(name), groups) {
+  OptimizerWith(std::string name, std::vector<ParamGroup> groups, const Options& defaults, bool allow_empty = false)
+      : Optimizer(std::move(name), groups, allow_empty) {
     defaults.validate(this->name().c_str());
     for (size_t g = 0; g < groups.size(); ++g)
       options_.push_back(resolve(g, defaults, groups[g].options));
@@ -165,6 +173,10 @@ class OptimizerWith : public Optimizer {
           KILN_CHECK(value == 0.0 || value == 1.0, name().c_str(), "param group {}: option '{}' is a flag (0 or 1), got {}",
                      group, key, value);
           field = value != 0.0;
+        } else if constexpr (std::is_integral_v<T>) {
+          KILN_CHECK(value == double(T(value)), name().c_str(), "param group {}: option '{}' is an integer, got {}",
+                     group, key, value);
+          field = T(value);
         } else {
           field = value;
         }
