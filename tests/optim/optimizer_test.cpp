@@ -74,8 +74,10 @@ TEST_P(Trajectory, MatchesPyTorchOver50Steps) {
   size_t next = 0;
   for (int step = 1; step <= int(grads.size(0)); ++step) {
     r.opt->step(split_row(r.model, grads.select(0, step - 1)));
-    if (next < checkpoints.size() && checkpoints[next] == step)
-      EXPECT_TRUE(all_close(r.model.flat(), params.select(0, int64_t(next++)), rtol, 1e-7)) << "after step " << step;
+    if (next < checkpoints.size() && checkpoints[next] == step) {
+      EXPECT_TRUE(all_close(r.model.flat(), params.select(0, int64_t(next)), rtol, 1e-7)) << "after step " << step;
+      ++next;
+    }
   }
   EXPECT_EQ(next, checkpoints.size());
   EXPECT_EQ(r.opt->step_count(), 50);
