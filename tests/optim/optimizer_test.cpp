@@ -315,6 +315,46 @@ TEST(Optimizer, LoadStateDictValidatesFirst) {
   EXPECT_TRUE(equal(good.at("w1.exp_avg"), moment));
 }
 
+// After the first step (which allocates the moments) a step of SGD or the
+// Adams allocates no tensor at all.
+TEST(Optimizer, SteadyStateStepsAllocateNothing) {
+  Tiny m;
+  nn::Gradients grads(m.parameters(), {ones({3, 2}), ones({3}), ones({2, 3})});
+  SGD sgd(m.parameters(), {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  sgd.step(grads);
+  int64_t before = memory_stats().alloc_count;
+  for (int i = 0; i < 5; ++i) sgd.step(grads);
+  EXPECT_EQ(memory_stats().alloc_count, before);
+  AdamW adamw(m.parameters(), {.amsgrad = true});
+  adamw.step(grads);
+  before = memory_stats().alloc_count;
+  for (int i = 0; i < 5; ++i) adamw.step(grads);
+  EXPECT_EQ(memory_stats().alloc_count, before);
+}
+
+// docs/optim.md's recipe: Muon on the hidden matrices, AdamW on the rest.
+TEST(Optimizer, MuonAndAdamWOnDisjointSetsTrainAModel) {
+  Rngs rngs(0);
+  nn::Sequential model(nn::Linear(4, 32, rngs), nn::Tanh(), nn::Linear(32, 32, rngs), nn::Tanh(),
+                       nn::Linear(32, 1, rngs));
+  auto all = model.parameters();
+  auto hidden = [](const std::string& n, const nn::Parameter& p) { return p.value().dim() == 2 && n != "4.weight"; };
+  Muon muon(all.filter(hidden), {.lr = 0.02});
+  AdamW adamw(all.filter([&](const std::string& n, const nn::Parameter& p) { return !hidden(n, p); }), {.lr = 1e-2});
+  EXPECT_EQ(muon.params().size() + adamw.params().size(), all.size());
+  EXPECT_EQ(muon.params().names(), (std::vector<std::string>{"0.weight", "2.weight"}));
+  Generator gen(1);
+  Tensor x = randn({64, 4}, gen), y = sum(x * x, {1}, true) * 0.25;
+  double first = 0, last = 0;
+  for (int step = 0; step < 200; ++step) {
+    auto [loss, grads] = kiln::value_and_grad(model, [&](nn::Sequential& s) { return mse_loss(s.forward(x), y); });
+    muon.step(grads);
+    adamw.step(grads);
+    (step == 0 ? first : last) = loss.item<float>();
+  }
+  EXPECT_LT(last, first * 0.05) << "first " << first << " last " << last;
+}
+
 TEST(Optimizer, NoOpOnlyCounts) {
   Tiny m;
   Tensor before = m.flat();
