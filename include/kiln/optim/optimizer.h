@@ -155,36 +155,42 @@ class OptimizerWith : public Optimizer {
     return out;
   }
   void set_own(size_t group, const std::string& option, double value) override {
-    options_.at(group) = resolve(group, options_.at(group), {{option, value}});
+    Options o = options_.at(group);
+    assign(o, group, option, value);
+    o.validate(name().c_str());
+    options_[group] = o;  // only once valid
   }
 
   std::vector<Options> options_;
 
  private:
   Options resolve(size_t group, Options base, const std::map<std::string, double>& overrides) const {
-    for (const auto& [key, value] : overrides) {
-      if (key == "lr_scale") continue;  // the base class's
-      bool found = false;
-      base.visit([&](const char* n, auto& field) {
-        if (key != n) return;
-        found = true;
-        using T = std::remove_reference_t<decltype(field)>;
-        if constexpr (std::is_same_v<T, bool>) {
-          KILN_CHECK(value == 0.0 || value == 1.0, name().c_str(), "param group {}: option '{}' is a flag (0 or 1), got {}",
-                     group, key, value);
-          field = value != 0.0;
-        } else if constexpr (std::is_integral_v<T>) {
-          KILN_CHECK(value == double(T(value)), name().c_str(), "param group {}: option '{}' is an integer, got {}",
-                     group, key, value);
-          field = T(value);
-        } else {
-          field = value;
-        }
-      });
-      if (!found) unknown_option(group, key);
-    }
+    for (const auto& [key, value] : overrides)
+      if (key != "lr_scale") assign(base, group, key, value);  // lr_scale is the base class's
     base.validate(name().c_str());
     return base;
+  }
+
+  // One option by name into `o` (no allocation: schedulers call this every step).
+  void assign(Options& o, size_t group, const std::string& key, double value) const {
+    bool found = false;
+    o.visit([&](const char* n, auto& field) {
+      if (key != n) return;
+      found = true;
+      using T = std::remove_reference_t<decltype(field)>;
+      if constexpr (std::is_same_v<T, bool>) {
+        KILN_CHECK(value == 0.0 || value == 1.0, name().c_str(), "param group {}: option '{}' is a flag (0 or 1), got {}",
+                   group, key, value);
+        field = value != 0.0;
+      } else if constexpr (std::is_integral_v<T>) {
+        KILN_CHECK(value == double(T(value)), name().c_str(), "param group {}: option '{}' is an integer, got {}",
+                   group, key, value);
+        field = T(value);
+      } else {
+        field = value;
+      }
+    });
+    if (!found) unknown_option(group, key);
   }
 };
 
