@@ -83,6 +83,24 @@ TEST_P(Trajectory, MatchesPyTorchOver50Steps) {
   EXPECT_EQ(r.opt->step_count(), 50);
 }
 
+// End to end: kiln computes its own gradients on the same batch, so its
+// autograd's rounding compounds over the 50 steps too.
+TEST_P(Trajectory, MatchesPyTorchEndToEnd) {
+  const nlohmann::json& c = golden("optim_trajectories")[GetParam()];
+  Replay r = start(c);
+  Tensor x = golden_tensor(c["x"]), y = golden_tensor(c["y"]), params = golden_tensor(c["params"]);
+  for (int step = 0; step < 50; ++step) {
+    auto [loss, grads] = kiln::value_and_grad(r.model, [&](Tiny& t) {
+      Tensor h = tanh(add(matmul(x, t.w1.value().t()), t.b1.value()));
+      return mean(pow(sub(matmul(h, t.w2.value().t()), y), 2));
+    });
+    r.opt->step(grads);
+  }
+  // Gradient ascent (maximize) amplifies the rounding differences it starts from.
+  double rtol = c["options"].contains("maximize") ? 1e-3 : 1e-4;
+  EXPECT_TRUE(all_close(r.model.flat(), params.select(0, params.size(0) - 1), rtol, 1e-5));
+}
+
 INSTANTIATE_TEST_SUITE_P(Optim, Trajectory,
                          ::testing::Values("sgd", "sgd_momentum", "sgd_nesterov_maximize", "adam", "adam_l2_amsgrad",
                                            "adam_groups", "adamw", "adamw_amsgrad_maximize", "muon", "muon_rms"));

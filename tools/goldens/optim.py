@@ -3,10 +3,11 @@
 A small model (w1 [3, 2], b1 [3], w2 [2, 3]: a tall and a wide matrix and a
 bias) is trained for 50 steps on a fixed regression batch,
 loss = mean((tanh(x w1^T + b1) w2^T - y)^2). Each case records the initial
-parameters, the gradients PyTorch computed at every step ("grads" [50, 15]:
+parameters, the batch (x [8, 2], y [8, 2]), the gradients PyTorch computed at every step ("grads" [50, 15]:
 w1, b1, w2 flattened and concatenated) and the parameters after the steps in
 "checkpoints" ("params" [9, 15], the same layout). kiln replays the same gradients through its optimizer
-(step(grads)), so the comparison isolates the update rule.
+(step(grads)), so the comparison isolates the update rule; a second test
+computes its own gradients from x and y end to end.
 
 The bias has its decay flag off in kiln; the PyTorch side puts it in a group
 with weight_decay 0. Muon has no PyTorch 1.13 implementation: muon_reference
@@ -129,7 +130,7 @@ def case(kind, options, bias_options):
         opt.step()
         if step in CHECKPOINTS:
             params.append(flat([w1, b1, w2]))
-    return {"optimizer": kind, "options": options, "bias_options": bias_options, "init": init,
+    return {"optimizer": kind, "options": options, "bias_options": bias_options, "init": init, "x": t32(x), "y": t32(y),
             "grads": t32(torch.stack(grads)), "checkpoints": CHECKPOINTS, "params": t32(torch.stack(params))}
 
 
