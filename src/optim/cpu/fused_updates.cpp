@@ -13,6 +13,10 @@ namespace {
 // where a fork-join starts to pay for itself.
 constexpr int64_t kGrain = 1 << 15;
 
+// Every chunk body is one out-of-line function: inlined into parallel_for's
+// single-thread path, GCC 12 leaves these loops scalar (measured: 15x slower).
+#define KILN_CHUNK __attribute__((noinline))
+
 }  // namespace
 
 // The loops below are branch-free so they vectorise: a disabled term is a
@@ -24,7 +28,7 @@ void sgd_update(T* p, const T* g, T* buf, int64_t n, const SgdArgs& a) {
   const T lr = T(a.lr), mom = T(a.momentum), damp = T(1.0 - a.dampening), wd = T(a.weight_decay);
   const T sign = a.maximize ? T(-1) : T(1);
   if (!buf) {
-    parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
+    parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) KILN_CHUNK {
 #pragma omp simd
       for (int64_t i = lo; i < hi; ++i) p[i] = p[i] - lr * (sign * g[i] + wd * p[i]);
     });
@@ -32,7 +36,7 @@ void sgd_update(T* p, const T* g, T* buf, int64_t n, const SgdArgs& a) {
   }
   // The flags pick a loop at compile time (a branch inside would stop vectorisation).
   auto run = [&](auto first, auto nesterov) {
-    parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
+    parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) KILN_CHUNK {
 #pragma omp simd
       for (int64_t i = lo; i < hi; ++i) {
         T d = sign * g[i] + wd * p[i];
@@ -57,7 +61,7 @@ void adam_update(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamArg
   const T eps = T(a.eps), l2 = T(a.l2), keep = T(a.decay_factor), bc2 = T(a.bias_correction2_sqrt);
   const T neg_step = T(-a.step_size);
   const T sign = a.maximize ? T(-1) : T(1);
-  parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) KILN_CHUNK {
     if (vmax) {
 #pragma omp simd
       for (int64_t i = lo; i < hi; ++i) {
@@ -96,7 +100,7 @@ void muon_momentum(const T* g, T* buf, T* out, int64_t n, double beta, bool nest
     else return b - (b - a) * (T(1) - w);
   };
   auto run = [&](auto buf_low, auto out_low, auto nest) {
-    parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
+    parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) KILN_CHUNK {
 #pragma omp simd
       for (int64_t i = lo; i < hi; ++i) {
         T b = lerp(buf[i], g[i], w_buf, buf_low);
@@ -117,7 +121,7 @@ void muon_momentum(const T* g, T* buf, T* out, int64_t n, double beta, bool nest
 template <class T>
 void scaled_update(T* p, const T* u, int64_t n, double decay_factor, double scale) {
   const T keep = T(decay_factor), neg = T(-scale);
-  parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) KILN_CHUNK {
 #pragma omp simd
     for (int64_t i = lo; i < hi; ++i) p[i] = p[i] * keep + neg * u[i];
   });
