@@ -6,7 +6,7 @@ Metrics (see bench/optim_bench.cpp): "time" (ms/step) with
 torch.optim.AdamW(foreach=True), its fastest CPU path in 1.13; "time_single"
 with foreach=False (one parameter at a time); "gbps" (7 x 4 bytes per element
 per step / time, 1e9 bytes per GB); "copy_gbps", this side's copy probe:
-dst.copy_(src) of 256 MiB f32, read + write bytes counted, the median of the
+dst.copy_(src) of twice the last-level cache (at least 256 MiB) of f32, read + write bytes counted, the median of the
 repetitions, on 1 thread and on os.cpu_count() threads, the better of the two
 (the harness's 1 thread is restored afterwards); "copy_fraction" = gbps /
 copy_gbps; "time_malloc_tuned": "time" again in a child process whose glibc
@@ -37,11 +37,21 @@ def _model_shapes(vocab, d, h, classes):
 SHAPES = {"adamw_1m": _model_shapes(1000, 256, 1024, 848), "adamw_10m": _model_shapes(14427, 512, 2048, 1000)}
 
 
+def _probe_bytes():
+    """Twice the last-level cache, at least 256 MiB (as bench/optim_bench.cpp)."""
+    try:
+        l3 = int(subprocess.run(["getconf", "LEVEL3_CACHE_SIZE"], stdout=subprocess.PIPE, text=True).stdout or 0)
+    except (OSError, ValueError):
+        l3 = 0
+    step = 256 << 20
+    return max(step, (2 * l3 + step - 1) // step * step)
+
+
 def _copy_gbps(reps, threads):
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        n = (256 << 20) // 4
+        n = _probe_bytes() // 4
         src = torch.ones(n)  # written, so every page is faulted in before timing
         dst = torch.zeros(n)
         dst.copy_(src)
