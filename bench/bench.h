@@ -67,5 +67,6 @@ void attention_benches(std::vector<Bench>& out);  // attention_bench.cpp
 void resize_benches(std::vector<Bench>& out);  // interpolate, rotary_embedding fwd+bwd: resize_bench.cpp
 void mha_benches(std::vector<Bench>& out);        // MultiheadAttention, TransformerBlock: mha_bench.cpp
 void recurrent_benches(std::vector<Bench>& out);  // lstm, gru fwd+bwd: recurrent_bench.cpp
+void optim_benches(std::vector<Bench>& out);      // one AdamW step, copy-bandwidth probe: optim_bench.cpp
 
 }  // namespace bench

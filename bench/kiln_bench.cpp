@@ -106,6 +106,7 @@ std::vector<Bench> all_benches() {
   resize_benches(out);
   mha_benches(out);
   recurrent_benches(out);
+  optim_benches(out);
   return out;
 }
 

@@ -1,5 +1,5 @@
 // A tour of kiln::nn: a small CNN and an LSTM, each trained for a few steps on
-// synthetic data with plain gradient descent, then saved and loaded back.
+// synthetic data with optim::SGD, then saved and loaded back.
 //
 //   build/examples/nn_tour
 #include <kiln/kiln.h>
@@ -56,17 +56,15 @@ std::pair<Tensor, Tensor> sign_batch(Generator& gen, int64_t batch) {
   return {x, y};
 }
 
-// Plain gradient descent through value_and_grad (optimizers: docs of kiln::optim).
+// Gradient descent through value_and_grad and an optimizer (docs/optim.md).
 template <class M, class Batch>
 void train(const char* name, M& model, Batch next_batch, int steps, double lr) {
   model.train();
+  optim::SGD opt(model.parameters(), {.lr = lr});
   for (int step = 1; step <= steps; ++step) {
     auto [x, y] = next_batch();
     auto [loss, grads] = value_and_grad(model, [&](M& m) { return cross_entropy(m.forward(x), y); });
-    {
-      NoGradGuard no_grad;
-      for (size_t i = 0; i < grads.size(); ++i) sub_(grads.params()[i], mul(grads[i], lr));
-    }
+    opt.step(grads);
     if (step == 1 || step % 50 == 0) std::printf("%s step %3d  loss %.4f\n", name, step, loss.template item<float>());
   }
 }

@@ -59,6 +59,18 @@ int64_t ParameterList::numel() const {
   return n;
 }
 
+ParameterList ParameterList::filter(const std::function<bool(const std::string&, const Parameter&)>& keep) const {
+  ParameterList out;
+  out.watches_ = watches_;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (keep(names_[i], params_[i])) {
+      out.params_.push_back(params_[i]);
+      out.names_.push_back(names_[i]);
+      out.seen_.push_back(seen_[i]);
+    }
+  return out;
+}
+
 void ParameterList::check(const char* op) const {
   for (const Watch& w : watches_)
     KILN_CHECK(w.version->load(std::memory_order_relaxed) == w.seen, op,

@@ -257,6 +257,22 @@ TEST(Module, StructuralEditsAndCastsAfterTakingParametersAreDetected) {
   EXPECT_KILN_ERROR(other_params.check("SGD.step"), "module '<root>' was edited");
 }
 
+// filter() builds optimizer groups: names and the edit watch travel with it.
+TEST(Module, FilteredParameterListsKeepNamesAndWatch) {
+  Rngs rngs(0);
+  Net net(rngs);
+  ParameterList heads = net.parameters().filter([](const std::string& n, const Parameter&) {
+    return n.starts_with("heads.");
+  });
+  ParameterList biases = net.parameters().filter([](const std::string&, const Parameter& p) { return !p.decay(); });
+  EXPECT_EQ(heads.names(), (std::vector<std::string>{"heads.mean.weight", "heads.mean.bias", "heads.scale.weight",
+                                                     "heads.scale.bias"}));
+  EXPECT_EQ(biases.names(), (std::vector<std::string>{"fc1.bias", "heads.mean.bias", "heads.scale.bias"}));
+  EXPECT_TRUE(heads[0].is_same(net.heads->mean->weight));
+  net.fc1->register_buffer("extra", ones({1}));
+  EXPECT_KILN_ERROR(heads.check("SGD.step"), "module 'fc1' was edited");
+}
+
 TEST(Module, ToCastsInPlaceKeepingIdentity) {
   Rngs rngs(0);
   Net net(rngs);

@@ -105,6 +105,12 @@ class ParameterList {
   const std::vector<std::string>& names() const { return names_; }
   int64_t numel() const;
 
+  // The parameters for which keep(name, param) holds, with their names and
+  // the same edit watch: how optimizer groups are built from one model,
+  //   auto all = model.parameters();
+  //   auto head = all.filter([](const std::string& n, const Parameter&) { return n.starts_with("head."); });
+  ParameterList filter(const std::function<bool(const std::string&, const Parameter&)>& keep) const;
+
   void check(const char* op) const;
 
  private:

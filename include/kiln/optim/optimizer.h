@@ -84,11 +84,13 @@ class Optimizer {
   void load_state_dict(const nn::StateDict& state);
 
  protected:
-  Optimizer(std::string name, std::vector<ParamGroup> groups);
+  // An optimizer needs at least one parameter unless allow_empty (NoOp).
+  Optimizer(std::string name, std::vector<ParamGroup> groups, bool allow_empty = false);
 
   // The update of one parameter from its gradient (contiguous, same dtype and
-  // shape as the parameter; may be overwritten). Called under no-grad.
-  virtual void update(size_t group, const nn::Parameter& param, Tensor& grad) = 0;
+  // shape as the parameter; read-only: it may be the caller's). Called under
+  // no-grad, after every gradient of the step has been checked.
+  virtual void update(size_t group, const nn::Parameter& param, const Tensor& grad) = 0;
   // Names of the per-parameter state this optimizer may allocate ("exp_avg"):
   // load_state_dict accepts exactly these. A state named "step" is an i64
   // scalar; the others have the parameter's shape and dtype.
@@ -113,11 +115,17 @@ class Optimizer {
   std::vector<double> lr_scale_;    // per group
   std::vector<std::string> keys_;   // per parameter (groups flattened): its name in state_dict
   int64_t step_count_ = 0;
+  struct Pending {
+    size_t group;
+    const nn::Parameter* param;
+    Tensor grad;
+  };
+  std::vector<Pending> pending_;  // one step's checked work; kept to reuse its capacity
 };
 
 // The typed half of an optimizer: one Options struct per group. Options has
 // `template <class F> void visit(F&& f)` calling f("name", field) for every
-// double or bool field, and `void validate(const char* op) const`.
+// double, integer or bool field, and `void validate(const char* op) const`.
 template <class Options>
 class OptimizerWith : public Optimizer {
  public:
@@ -125,8 +133,8 @@ class OptimizerWith : public Optimizer {
   const Options& options(size_t group = 0) const { return options_.at(group); }
 
  protected:
-  OptimizerWith(std::string name, std::vector<ParamGroup> groups, const Options& defaults)
-      : Optimizer(std::move(name), groups) {
+  OptimizerWith(std::string name, std::vector<ParamGroup> groups, const Options& defaults, bool allow_empty = false)
+      : Optimizer(std::move(name), groups, allow_empty) {
     defaults.validate(this->name().c_str());
     for (size_t g = 0; g < groups.size(); ++g)
       options_.push_back(resolve(g, defaults, groups[g].options));
@@ -147,32 +155,42 @@ class OptimizerWith : public Optimizer {
     return out;
   }
   void set_own(size_t group, const std::string& option, double value) override {
-    options_.at(group) = resolve(group, options_.at(group), {{option, value}});
+    Options o = options_.at(group);
+    assign(o, group, option, value);
+    o.validate(name().c_str());
+    options_[group] = o;  // only once valid
   }
 
   std::vector<Options> options_;
 
  private:
   Options resolve(size_t group, Options base, const std::map<std::string, double>& overrides) const {
-    for (const auto& [key, value] : overrides) {
-      if (key == "lr_scale") continue;  // the base class's
-      bool found = false;
-      base.visit([&](const char* n, auto& field) {
-        if (key != n) return;
-        found = true;
-        using T = std::remove_reference_t<decltype(field)>;
-        if constexpr (std::is_same_v<T, bool>) {
-          KILN_CHECK(value == 0.0 || value == 1.0, name().c_str(), "param group {}: option '{}' is a flag (0 or 1), got {}",
-                     group, key, value);
-          field = value != 0.0;
-        } else {
-          field = value;
-        }
-      });
-      if (!found) unknown_option(group, key);
-    }
+    for (const auto& [key, value] : overrides)
+      if (key != "lr_scale") assign(base, group, key, value);  // lr_scale is the base class's
     base.validate(name().c_str());
     return base;
+  }
+
+  // One option by name into `o` (no allocation: schedulers call this every step).
+  void assign(Options& o, size_t group, const std::string& key, double value) const {
+    bool found = false;
+    o.visit([&](const char* n, auto& field) {
+      if (key != n) return;
+      found = true;
+      using T = std::remove_reference_t<decltype(field)>;
+      if constexpr (std::is_same_v<T, bool>) {
+        KILN_CHECK(value == 0.0 || value == 1.0, name().c_str(), "param group {}: option '{}' is a flag (0 or 1), got {}",
+                   group, key, value);
+        field = value != 0.0;
+      } else if constexpr (std::is_integral_v<T>) {
+        KILN_CHECK(value == double(T(value)), name().c_str(), "param group {}: option '{}' is an integer, got {}",
+                   group, key, value);
+        field = T(value);
+      } else {
+        field = value;
+      }
+    });
+    if (!found) unknown_option(group, key);
   }
 };
 
