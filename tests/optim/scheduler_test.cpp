@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/optim/adam.h"
+#include "kiln/optim/noop.h"
+#include "kiln/optim/sgd.h"
 #include "tests/support/test_util.h"
 
 namespace kiln::optim {
@@ -638,6 +641,104 @@ TEST(SchedulerOptions, EveryConstructorCheck) {
   EXPECT_KILN_ERROR(ReduceOnPlateauScheduler({.cooldown = -1}), "[ReduceOnPlateauScheduler] cooldown must be >= 0, got -1");
   EXPECT_KILN_ERROR(ReduceOnPlateauScheduler({.min_lr = -1}), "[ReduceOnPlateauScheduler] min_lr must be finite");
   EXPECT_KILN_ERROR(ReduceOnPlateauScheduler({.eps = kNaN}), "[ReduceOnPlateauScheduler] eps must be finite and >= 0");
+}
+
+// ---- apply(Optimizer&) and step(Optimizer&) against the real optimizers ----
+
+// Two groups, the second at half the lr (lr_scale), all f64 parameters.
+std::vector<ParamGroup> two_groups() {
+  nn::Parameter a(tensor<double>({1.0, -2.0}));
+  nn::Parameter b(tensor<double>({0.5, 3.0, -1.0}));
+  return {{nn::ParameterList({a})}, {nn::ParameterList({b}), {{"lr_scale", 0.5}}}};
+}
+
+TEST(SchedulerApply, LrGoesToEveryGroupTimesItsLrScale) {
+  SGD opt(two_groups(), {.lr = 1.0, .momentum = 0.9});
+  CosineScheduler sched({.max_lr = 0.2, .min_lr = 0.02, .total_steps = 8});
+  sched.apply(opt);
+  EXPECT_EQ(opt.lr(0), 0.2);
+  EXPECT_EQ(opt.lr(1), 0.1);
+  for (int64_t k = 1; k <= 10; ++k) {
+    EXPECT_EQ(sched.step(opt), sched.lr(k));
+    EXPECT_EQ(opt.lr(0), sched.lr(k));
+    EXPECT_EQ(opt.lr(1), sched.lr(k) * 0.5);
+    EXPECT_EQ(opt.get("momentum", 0), 0.9);  // not cycled: untouched
+    EXPECT_EQ(opt.get("momentum", 1), 0.9);
+  }
+}
+
+// The whole chain against PyTorch: a torch SGD driven by OneCycleLR/CyclicLR
+// has these param_groups[0] lr and momentum at each step.
+void expect_optimizer_follows_torch(const std::string& name, Optimizer& opt, const char* momentum_option) {
+  SCOPED_TRACE(name);
+  const json& c = golden_case(name);
+  auto sched = from_torch(c);
+  const auto lrs = c["lr"].get<std::vector<double>>();
+  const auto moms = c["momentum"].get<std::vector<double>>();
+  sched->apply(opt);
+  for (size_t k = 0; k < lrs.size(); ++k) {
+    if (k > 0) sched->step(opt);
+    EXPECT_TRUE(near_rel(opt.lr(0), lrs[k])) << k;
+    EXPECT_TRUE(near_rel(opt.lr(1), lrs[k] * 0.5)) << k;
+    EXPECT_TRUE(near_rel(opt.get(momentum_option, 0), moms[k])) << k;
+    EXPECT_TRUE(near_rel(opt.get(momentum_option, 1), moms[k])) << k;
+  }
+}
+
+TEST(SchedulerApply, CycledMomentumGoesToSgdMomentum) {
+  SGD sgd(two_groups(), {.lr = 1.0, .momentum = 0.5});
+  expect_optimizer_follows_torch("one_cycle_cos", sgd, "momentum");
+  SGD sgd2(two_groups(), {.lr = 1.0});
+  expect_optimizer_follows_torch("cyclic_triangular2", sgd2, "momentum");
+}
+
+TEST(SchedulerApply, CycledMomentumGoesToAdamBeta1) {
+  Adam adam(two_groups(), {.lr = 1.0, .beta2 = 0.99});
+  expect_optimizer_follows_torch("one_cycle_linear_three_phase", adam, "beta1");
+  EXPECT_EQ(adam.get("beta2"), 0.99);
+  AdamW adamw(two_groups(), {.lr = 1.0});
+  expect_optimizer_follows_torch("cyclic_exp_range", adamw, "beta1");
+}
+
+TEST(SchedulerApply, TheScheduledLrIsTheOneTheUpdateUses) {
+  // SGD without momentum on loss = sum(p^2): p <- p - lr * 2p with lr from the schedule.
+  nn::Parameter p(tensor<double>({1.0, -2.0}));
+  SGD opt(std::vector<ParamGroup>{{nn::ParameterList({p})}}, {.lr = 123.0});
+  StepScheduler sched({.lr = 0.1, .step_size = 2, .gamma = 0.5});
+  sched.apply(opt);
+  std::vector<double> expect = {1.0, -2.0};
+  for (int k = 0; k < 5; ++k) {
+    sum(mul(p.value(), p.value())).backward();
+    opt.step();
+    opt.zero_grad();
+    for (double& v : expect) v -= sched.get_lr() * 2 * v;
+    const auto got = p.value().to_vector<double>();  // the fused kernel may round a*b+c once
+    for (size_t i = 0; i < expect.size(); ++i) EXPECT_TRUE(near_rel(got[i], expect[i], 1e-15)) << k;
+    sched.step(opt);
+  }
+}
+
+TEST(SchedulerApply, ErrorsLeaveTheOptimizerUnchanged) {
+  // Cycled momentum into an optimizer without momentum or beta1.
+  NoOp noop(nn::ParameterList({nn::Parameter(tensor<double>({1.0}))}));
+  OneCycleScheduler one({.max_lr = 1.0, .total_steps = 10});
+  EXPECT_KILN_ERROR(one.apply(noop), "[OneCycleScheduler] apply: this schedule cycles momentum but NoOp has neither");
+  // A momentum the optimizer rejects (Adam's beta1 must be < 1): neither changes.
+  Adam adam(two_groups(), {.lr = 0.01, .beta1 = 0.9});
+  OneCycleScheduler bad({.max_lr = 1.0, .total_steps = 10, .max_momentum = 1.0});
+  EXPECT_KILN_ERROR(bad.apply(adam), "beta1");
+  EXPECT_EQ(adam.lr(0), 0.01);
+  EXPECT_EQ(adam.get("beta1"), 0.9);
+  // Plateau moves only with a metric.
+  SGD sgd(two_groups(), {.lr = 0.5});
+  ReduceOnPlateauScheduler plateau({.lr = 0.1, .factor = 0.5, .patience = 0});
+  EXPECT_KILN_ERROR(plateau.step(sgd), "[ReduceOnPlateauScheduler] step() needs the metric");
+  EXPECT_EQ(sgd.lr(0), 0.5);
+  EXPECT_EQ(plateau.step(1.0, sgd), 0.1);
+  EXPECT_EQ(sgd.lr(1), 0.05);
+  EXPECT_EQ(plateau.step(2.0, sgd), 0.05);
+  EXPECT_EQ(sgd.lr(0), 0.05);
+  EXPECT_EQ(sgd.lr(1), 0.025);
 }
 
 }  // namespace
