@@ -10,29 +10,17 @@
 
 #include "kiln/core/error.h"
 
-// NOTE [ No FMA contraction in schedules ]: with -march=native the compiler
-// may fuse a * b + c into one rounding, which moves PyTorch's float phase
-// boundaries (0.1 * 10 - 1 becomes 5.6e-17, not 0) and the last ulps of
-// every value. Schedules are scalar code: keep each operation rounded.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+// NOTE [ No FMA contraction in schedules ]: with -march=native GCC fuses
+// a * b + c into one rounding by default (-ffp-contract=fast), which moves
+// PyTorch's float phase boundaries (0.1 * 10 - 1 becomes 5.6e-17, not 0) and
+// the last ulps of every value. CMakeLists.txt compiles this file with
+// -ffp-contract=off: schedules are scalar code, each operation rounds alone.
 
 namespace kiln::optim {
 
 namespace {
 
 constexpr double kPi = std::numbers::pi;  // == Python's math.pi
-
-// a * b rounded to double on its own, whatever the contraction flags: GCC
-// still fused pct_start * total_steps - 1 in OneCycle's constructor under the
-// pragma above, and the phase boundaries must be PyTorch's to the bit.
-double product(double a, double b) {
-  volatile double p = a * b;
-  return p;
-}
 
 void check_lr(const std::string& op, const char* option, double v) {
   KILN_CHECK(std::isfinite(v) && v >= 0.0, op, "{} must be finite and >= 0, got {}", option, v);
@@ -259,10 +247,10 @@ OneCycleScheduler::OneCycleScheduler(const OneCycleOptions& options) : options_(
   const double initial_lr = o.max_lr / o.div_factor;
   const double min_lr = initial_lr / o.final_div_factor;
   const double total = double(o.total_steps);
-  const double up_end = product(o.pct_start, total) - 1;
+  const double up_end = o.pct_start * total - 1;
   if (o.three_phase) {
     phases_ = {{up_end, initial_lr, o.max_lr, o.max_momentum, o.base_momentum},
-               {product(2 * o.pct_start, total) - 2, o.max_lr, initial_lr, o.base_momentum, o.max_momentum},
+               {2 * o.pct_start * total - 2, o.max_lr, initial_lr, o.base_momentum, o.max_momentum},
                {total - 1, initial_lr, min_lr, o.max_momentum, o.max_momentum}};
   } else {
     phases_ = {{up_end, initial_lr, o.max_lr, o.max_momentum, o.base_momentum},
