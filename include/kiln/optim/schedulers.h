@@ -1,5 +1,5 @@
 // The learning-rate schedules (SPECS §5 S1–S8, spec 002 schedulers), each
-// with its PyTorch 1.13 equivalent; docs/schedulers.md has the formulas and
+// with its PyTorch 1.13 equivalent; docs/optim.md has the formulas and
 // the few places where kiln differs.
 //
 //   optim::LinearWarmupCosineScheduler sched({.target_lr = 3e-4, .min_lr = 3e-5,
