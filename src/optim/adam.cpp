@@ -7,21 +7,16 @@
 
 namespace kiln::optim {
 
-namespace {
-
-template <class O>
-void validate_adam(const char* op, const O& o) {
-  check_non_negative(op, "lr", o.lr);
-  check_unit_interval(op, "beta1", o.beta1);
-  check_unit_interval(op, "beta2", o.beta2);
-  check_non_negative(op, "eps", o.eps);
-  check_non_negative(op, "weight_decay", o.weight_decay);
+template <double DefaultDecay>
+void AdamOptionsWith<DefaultDecay>::validate(const char* op) const {
+  check_non_negative(op, "lr", lr);
+  check_unit_interval(op, "beta1", beta1);
+  check_unit_interval(op, "beta2", beta2);
+  check_non_negative(op, "eps", eps);
+  check_non_negative(op, "weight_decay", weight_decay);
 }
-
-}  // namespace
-
-void AdamOptions::validate(const char* op) const { validate_adam(op, *this); }
-void AdamWOptions::validate(const char* op) const { validate_adam(op, *this); }
+template struct AdamOptionsWith<0.0>;
+template struct AdamOptionsWith<1e-2>;
 
 Adam::Adam(nn::ParameterList params, const AdamOptions& options)
     : Adam(std::vector<ParamGroup>{{std::move(params)}}, options) {}

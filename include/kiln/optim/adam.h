@@ -13,12 +13,15 @@
 
 namespace kiln::optim {
 
-struct AdamOptions {
+// Adam's and AdamW's options: the same fields, with PyTorch's default decay
+// for each (Adam 0, coupled; AdamW 1e-2, decoupled).
+template <double DefaultDecay>
+struct AdamOptionsWith {
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  double weight_decay = 0.0;  // coupled: added to the gradient (L2)
+  double weight_decay = DefaultDecay;
   bool amsgrad = false;
   bool maximize = false;
 
@@ -29,24 +32,8 @@ struct AdamOptions {
   }
   void validate(const char* op) const;
 };
-
-// The same options with AdamW's (and PyTorch's) default decay of 1e-2.
-struct AdamWOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 1e-2;  // decoupled: p *= 1 - lr * weight_decay
-  bool amsgrad = false;
-  bool maximize = false;
-
-  template <class F>
-  void visit(F&& f) {
-    f("lr", lr), f("beta1", beta1), f("beta2", beta2), f("eps", eps), f("weight_decay", weight_decay);
-    f("amsgrad", amsgrad), f("maximize", maximize);
-  }
-  void validate(const char* op) const;
-};
+using AdamOptions = AdamOptionsWith<0.0>;    // weight_decay: L2, added to the gradient
+using AdamWOptions = AdamOptionsWith<1e-2>;  // weight_decay: decoupled, p *= 1 - lr * weight_decay
 
 namespace detail {
 // The update both share; Decoupled picks AdamW's decay.

@@ -61,33 +61,25 @@ void adam_update(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamArg
   const T eps = T(a.eps), l2 = T(a.l2), keep = T(a.decay_factor), bc2 = T(a.bias_correction2_sqrt);
   const T neg_step = T(-a.step_size);
   const T sign = a.maximize ? T(-1) : T(1);
-  parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) KILN_CHUNK {
-    if (vmax) {
+  auto run = [&](auto amsgrad) {
+    parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) KILN_CHUNK {
 #pragma omp simd
       for (int64_t i = lo; i < hi; ++i) {
         T pi = p[i] * keep;
         T gi = sign * g[i] + l2 * pi;
         T mi = m[i] * b1 + c1 * gi;
         T vi = v[i] * b2 + c2 * gi * gi;
-        T vm = vmax[i] > vi ? vmax[i] : vi;
         m[i] = mi;
         v[i] = vi;
-        vmax[i] = vm;
-        p[i] = pi + neg_step * (mi / (std::sqrt(vm) / bc2 + eps));
+        if constexpr (amsgrad) {
+          vi = vmax[i] > vi ? vmax[i] : vi;  // the running max, used in place of v
+          vmax[i] = vi;
+        }
+        p[i] = pi + neg_step * (mi / (std::sqrt(vi) / bc2 + eps));
       }
-      return;
-    }
-#pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) {
-      T pi = p[i] * keep;
-      T gi = sign * g[i] + l2 * pi;
-      T mi = m[i] * b1 + c1 * gi;
-      T vi = v[i] * b2 + c2 * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      p[i] = pi + neg_step * (mi / (std::sqrt(vi) / bc2 + eps));
-    }
-  });
+    });
+  };
+  vmax ? run(std::true_type{}) : run(std::false_type{});
 }
 
 template <class T>
