@@ -143,18 +143,16 @@ void Optimizer::run_step(const nn::Gradients* grads) {
       if (!p.requires_grad()) continue;  // frozen
       Tensor grad;
       if (grads) {
-        // Fast path: gradients for the very list this group holds.
+        // By identity. Usually the gradients list the parameters in this
+        // optimizer's order (both from model.parameters()): check there first.
         const nn::ParameterList& gp = grads->params();
-        bool same = i < gp.size() && gp[i].is_same(p);
-        if (!same) {
-          bool found = false;
-          for (size_t j = 0; j < gp.size() && !found; ++j) found = gp[j].is_same(p);
-          KILN_CHECK(found, op,
-                     "the gradients do not include parameter '{}' {}: they were taken for another model or "
-                     "another part of it",
-                     keys_[flat], to_string(p.shape()));
-        }
-        grad = same ? (*grads)[i] : grads->at(p);
+        size_t j = flat < gp.size() && gp[flat].is_same(p) ? flat : 0;
+        while (j < gp.size() && !gp[j].is_same(p)) ++j;
+        KILN_CHECK(j < gp.size(), op,
+                   "the gradients do not include parameter '{}' {}: they were taken for another model or another "
+                   "part of it",
+                   keys_[flat], to_string(p.shape()));
+        grad = (*grads)[j];
       } else {
         grad = p.grad();
       }
