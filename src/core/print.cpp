@@ -149,6 +149,10 @@ std::string body(const Tensor& t, int64_t d, int64_t off, int64_t indent, bool s
 
 }  // namespace
 
+std::string describe(const Tensor& t) {
+  return t.defined() ? to_string(t.shape()) + " " + std::string(name(t.dtype())) : "an undefined tensor";
+}
+
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
   const std::string prefix = "tensor(";

@@ -99,7 +99,7 @@ Parameter Init::make(const Initializer& fn, const Shape& shape, Fan fan, bool de
   Tensor value = fn(shape, fan, gen, dtype);
   KILN_CHECK(value.defined() && value.shape() == shape && value.dtype() == dtype, "Init",
              "initializer returned {} for a parameter of shape {} {}",
-             value.defined() ? to_string(value.shape()) + " " + std::string(name(value.dtype())) : "an undefined tensor",
+             describe(value),
              to_string(shape), name(dtype));
   return Parameter(value, decay);
 }

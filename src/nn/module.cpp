@@ -22,8 +22,6 @@ std::string join_path(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
-std::string describe(const Tensor& t) { return to_string(t.shape()) + " " + std::string(name(t.dtype())); }
-
 // Replaces what `dst` holds by `src`'s data (contiguous), keeping dst's identity:
 // every handle to it (the module's member, the registry, an alias the user kept)
 // sees the new dtype. Its grad no longer matches and is dropped.

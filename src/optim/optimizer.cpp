@@ -10,12 +10,11 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/shape.h"
+#include "src/optim/dispatch.h"
 
 namespace kiln::optim {
 
 namespace {
-
-std::string describe(const Tensor& t) { return to_string(t.shape()) + " " + std::string(name(t.dtype())); }
 
 bool is_integral_key(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -47,8 +46,7 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, bool allo
     }
     double scale = 1.0;
     if (auto it = groups_[g].options.find("lr_scale"); it != groups_[g].options.end()) scale = it->second;
-    KILN_CHECK(scale >= 0.0 && std::isfinite(scale), op, "param group {}: lr_scale must be finite and >= 0, got {}", g,
-               scale);
+    check_non_negative(op, "lr_scale", scale);
     lr_scale_.push_back(scale);
   }
   KILN_CHECK(allow_empty || total > 0, op, "got no parameters to optimize");
@@ -99,7 +97,7 @@ void Optimizer::set(size_t group, const std::string& option, double value) {
   params(group);
   check_option(option);
   if (option == "lr_scale") {
-    KILN_CHECK(value >= 0.0 && std::isfinite(value), name_.c_str(), "lr_scale must be finite and >= 0, got {}", value);
+    check_non_negative(name_.c_str(), "lr_scale", value);
     lr_scale_[group] = value;
   } else {
     set_own(group, option, value);
@@ -122,7 +120,7 @@ void Optimizer::set(const std::string& option, double value) {
 }
 
 void Optimizer::apply_lr(double lr) {
-  KILN_CHECK(lr >= 0.0 && std::isfinite(lr), name_.c_str(), "learning rate must be finite and >= 0, got {}", lr);
+  check_non_negative(name_.c_str(), "learning rate", lr);
   for (size_t g = 0; g < groups_.size(); ++g) set_own(g, "lr", lr * lr_scale_[g]);
 }
 
@@ -173,7 +171,7 @@ void Optimizer::run_step(const nn::Gradients* grads) {
     update(w.group, *w.param, w.grad);
     w.param->value().storage()->bump_version();  // an in-place write, as PyTorch's add_
   }
-  for (Pending& w : pending_) w.grad = Tensor();  // do not keep gradients alive between steps
+  pending_.clear();  // do not keep gradients alive between steps (the capacity stays)
   ++step_count_;
 }
 

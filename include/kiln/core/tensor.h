@@ -148,4 +148,7 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
+/// Shape and dtype for error messages: "[3, 2] f32" ("an undefined tensor").
+std::string describe(const Tensor& t);
+
 }  // namespace kiln
