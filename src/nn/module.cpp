@@ -219,14 +219,17 @@ StateDict Module::state_dict() const {
   return out;
 }
 
-LoadResult Module::load_state_dict(const StateDict& state, const LoadOptions& options) {
+struct Module::LoadPlan {
   struct Target {
-    std::string key;
-    Tensor dst;
-    Tensor src;
+    Tensor dst, src;
   };
   std::vector<Target> targets;
   LoadResult result;
+};
+
+Module::LoadPlan Module::plan_load(const StateDict& state, const LoadOptions& options) const {
+  LoadPlan plan;
+  LoadResult& result = plan.result;
   std::vector<std::string> mismatched;
   std::unordered_set<std::string> expected;
 
@@ -238,7 +241,7 @@ LoadResult Module::load_state_dict(const StateDict& state, const LoadOptions& op
     Tensor value = options.torch_layout ? owner.from_torch(local, *src) : *src;
     if (value.shape() != dst.shape() || value.dtype() != dst.dtype())
       return mismatched.push_back(fmt::format("'{}' expects {} but the state has {}", key, describe(dst), describe(value)));
-    targets.push_back({key, dst, value});
+    plan.targets.push_back({dst, value});
   };
   walk(
       [&](const std::string& path, const Module& m) {
@@ -262,10 +265,28 @@ LoadResult Module::load_state_dict(const StateDict& state, const LoadOptions& op
   if (options.strict && !result.unexpected_keys.empty())
     problems += (problems.empty() ? "" : "; ") + std::string("unexpected keys: ") + list(result.unexpected_keys);
   KILN_CHECK(problems.empty(), "load_state_dict", "{} not loaded, nothing was changed: {}", type_name(), problems);
+  return plan;
+}
 
+LoadResult Module::check_state_dict(const StateDict& state, const LoadOptions& options) const {
+  return plan_load(state, options).result;
+}
+
+LoadResult Module::load_state_dict(const StateDict& state, const LoadOptions& options) {
+  LoadPlan plan = plan_load(state, options);
   NoGradGuard no_grad;
-  for (const Target& t : targets) copy_(t.dst, t.src);
-  return result;
+  for (const auto& t : plan.targets) copy_(t.dst, t.src);
+  return plan.result;
+}
+
+std::vector<std::pair<std::string, Generator*>> Module::named_generators() {
+  std::vector<std::pair<std::string, Generator*>> out;
+  walk(
+      [&](const std::string& path, const Module& m) {
+        for (auto& [name, gen] : const_cast<Module&>(m).own_generators()) out.emplace_back(join_path(path, name), gen);
+      },
+      true);
+  return out;
 }
 
 Module& Module::train(bool on) {

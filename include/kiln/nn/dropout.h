@@ -31,6 +31,7 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x);
   Tensor forward(const Tensor& x, Rngs& rngs) const;
   std::string extra_repr() const override;
+  std::vector<std::pair<std::string, Generator*>> own_generators() override { return {{"generator", &gen_}}; }
 
   Generator& generator() { return gen_; }
   const Generator& generator() const { return gen_; }

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/generator.h"
 #include "kiln/core/tensor.h"
 #include "kiln/nn/parameter.h"
 #include "kiln/nn/state_dict.h"
@@ -189,6 +190,14 @@ class Module {
   // Checks every key, shape and dtype before copying anything; on error the
   // module is untouched and the message names each offending key.
   LoadResult load_state_dict(const StateDict& state, const LoadOptions& options = {});
+  // The checks of load_state_dict without the copy: throws what it would throw,
+  // returns what it would return. Lets a checkpoint validate every part first.
+  LoadResult check_state_dict(const StateDict& state, const LoadOptions& options = {}) const;
+
+  // The random generators the modules own (Dropout's mask stream), under
+  // "<module path>.<name>": not tensors, so not in the state dict, but saved by
+  // checkpoints so that training resumes with the same masks (I3).
+  std::vector<std::pair<std::string, Generator*>> named_generators();
 
   // ---- modes and bulk edits ----
   Module& train(bool on = true);  // recursive; does not touch grad mode (M8)
@@ -205,6 +214,9 @@ class Module {
   virtual std::string extra_repr() const { return {}; }
   // A PyTorch-style tree of the module and its children.
   std::string repr() const;
+
+  // The generators this module itself owns (not its children's), by name.
+  virtual std::vector<std::pair<std::string, Generator*>> own_generators() { return {}; }
 
   // How this module's own tensor `name` from a PyTorch state dict maps to kiln's
   // layout (LoadOptions::torch_layout). Identity unless the layouts differ.
@@ -233,6 +245,8 @@ class Module {
   void check_new_name(const char* op, const std::string& name) const;
   template <class Fn>
   void walk(Fn&& fn, bool dedup, bool recurse = true) const;
+  struct LoadPlan;
+  LoadPlan plan_load(const StateDict& state, const LoadOptions& options) const;
 
   std::vector<ParamEntry> params_;
   std::vector<BufferEntry> buffers_;
