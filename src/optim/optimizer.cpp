@@ -206,7 +206,11 @@ nn::StateDict Optimizer::state_dict() const {
   return out;
 }
 
-void Optimizer::load_state_dict(const nn::StateDict& state) {
+void Optimizer::check_state_dict(const nn::StateDict& state) { load_state_dict(state, false); }
+
+void Optimizer::load_state_dict(const nn::StateDict& state) { load_state_dict(state, true); }
+
+void Optimizer::load_state_dict(const nn::StateDict& state, bool commit) {
   const char* op = name_.c_str();
   auto scalar = [&](const std::string& key, DType dtype) -> const Tensor& {
     const Tensor* t = state.find(key);
@@ -279,6 +283,11 @@ void Optimizer::load_state_dict(const nn::StateDict& state) {
     for (size_t g = 0; g < groups_.size(); ++g)
       for (size_t k = 0; k < options.size(); ++k) set(g, options[k], old[g][k]);
     KILN_FAIL(op, "load_state_dict: invalid option value: {}", e.what());
+  }
+  if (!commit) {
+    for (size_t g = 0; g < groups_.size(); ++g)
+      for (size_t k = 0; k < options.size(); ++k) set(g, options[k], old[g][k]);
+    return;
   }
   // 2. Commit.
   for (const ParamGroup& group : groups_)

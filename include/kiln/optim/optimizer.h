@@ -82,6 +82,9 @@ class Optimizer {
   // Validates every key, shape, dtype and option value before changing
   // anything; on error the optimizer and its parameters are untouched.
   void load_state_dict(const nn::StateDict& state);
+  // The checks of load_state_dict without the commit: throws what it would
+  // throw and leaves the optimizer as it was.
+  void check_state_dict(const nn::StateDict& state);
 
  protected:
   // An optimizer needs at least one parameter unless allow_empty (NoOp).
@@ -109,6 +112,7 @@ class Optimizer {
  private:
   void check_option(const std::string& option) const;
   void run_step(const nn::Gradients* grads);
+  void load_state_dict(const nn::StateDict& state, bool commit);
 
   std::string name_;
   std::vector<ParamGroup> groups_;  // options here are the overrides given; typed values live in the subclass
