@@ -11,6 +11,7 @@
 #include "kiln/io/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,13 +47,11 @@ using Json = nlohmann::json;
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 constexpr const char* kMetadataKey = "__metadata__";
 
-/// A safetensors dtype name, its element size in the file and the kiln dtype
-/// it loads as (F16 has no kiln dtype: it is widened to f32 on load).
-struct FileDType {
-  const char* name;
-  int64_t file_itemsize;
-  DType dtype;
-};
+using detail::Entry;
+using detail::FileBytes;
+using detail::FileDType;
+using detail::Header;
+
 constexpr FileDType kFileDTypes[] = {
     {"BOOL", 1, kBool}, {"U8", 1, kU8},   {"I32", 4, kI32}, {"I64", 8, kI64},
     {"BF16", 2, kBF16}, {"F16", 2, kF32}, {"F32", 4, kF32}, {"F64", 8, kF64},
@@ -138,41 +137,10 @@ class Fd {
 
 // ---------------------------------------------------------------- reading
 
-/// One tensor of a validated header. Offsets are relative to the data buffer.
-struct Entry {
-  std::string name;
-  const FileDType* dtype;
-  Shape shape;
-  uint64_t begin = 0, end = 0;
-};
-
-struct Header {
-  std::vector<Entry> entries;  // in data-buffer order
-  std::map<std::string, std::string> metadata;
-  uint64_t data_start = 0;  // 8 + N
-};
-
 /// "[op] path: message".
 template <class... Args>
 [[noreturn]] void fail(const char* op, const std::string& path, fmt::format_string<Args...> f, Args&&... args) {
   throw Error(op, path + ": " + fmt::format(f, std::forward<Args>(args)...));
-}
-
-/// Reads exactly n bytes at `offset` (pread, retrying short reads and EINTR).
-void read_exact(const char* op, const std::string& path, int fd, void* dst, uint64_t n, uint64_t offset) {
-  auto* p = static_cast<char*>(dst);
-  while (n > 0) {
-    size_t chunk = size_t(std::min<uint64_t>(n, 1ull << 30));
-    ssize_t got = ::pread(fd, p, chunk, off_t(offset));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      fail(op, path, "read failed at byte {}: {}", offset, errno_text(errno));
-    }
-    if (got == 0) fail(op, path, "unexpected end of file at byte {} (was it truncated while loading?)", offset);
-    p += got;
-    n -= uint64_t(got);
-    offset += uint64_t(got);
-  }
 }
 
 /// A JSON number that is a non-negative integer (nlohmann stores those as unsigned).
@@ -295,26 +263,65 @@ struct HeaderParser : nlohmann::json_sax<Json> {
   }
 };
 
-/// Reads and validates the whole header of an open file: after this returns,
-/// every tensor's range lies in the file, matches its shape and dtype, and the
-/// ranges tile the data buffer exactly.
-Header read_header(const char* op, const std::string& path, int fd) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0) fail(op, path, "cannot stat: {}", errno_text(errno));
-  if (!S_ISREG(st.st_mode)) fail(op, path, "not a regular file");
-  uint64_t size = uint64_t(st.st_size);
-  if (size < 8) fail(op, path, "file is {} bytes, shorter than the 8-byte header length", size);
+}  // namespace
 
-  uint8_t len_bytes[8];
-  read_exact(op, path, fd, len_bytes, 8, 0);
+namespace detail {
+
+FileBytes::~FileBytes() {
+  if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+FileBytes FileBytes::open(const char* op, const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail(op, path, "cannot open: {}", errno_text(errno));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) fail(op, path, "cannot stat: {}", errno_text(errno));
+  if (!S_ISREG(st.st_mode)) fail(op, path, "not a regular file");
+  FileBytes f;
+  f.size_ = size_t(st.st_size);
+  if (f.size_ >= kMapThreshold) {
+    // Large files are mapped, not read: their bytes go from the page cache
+    // straight into the tensors. (A file truncated in place by another program
+    // while mapped would fault; kiln's own saves replace files by rename.)
+    void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (p == MAP_FAILED) fail(op, path, "cannot map {} bytes: {}", f.size_, errno_text(errno));
+    ::madvise(p, f.size_, MADV_SEQUENTIAL);
+    f.data_ = static_cast<const uint8_t*>(p);
+    f.mapped_ = true;
+    return f;
+  }
+  f.buffer_.resize(f.size_);
+  size_t done = 0;
+  while (done < f.size_) {
+    ssize_t got = ::pread(fd.get(), f.buffer_.data() + done, f.size_ - done, off_t(done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      fail(op, path, "read failed at byte {}: {}", done, errno_text(errno));
+    }
+    if (got == 0) fail(op, path, "unexpected end of file at byte {} (was it truncated while loading?)", done);
+    done += size_t(got);
+  }
+  f.data_ = f.buffer_.data();
+  return f;
+}
+
+FileBytes FileBytes::from_memory(const void* data, size_t size) {
+  FileBytes f;
+  f.buffer_.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + size);
+  f.data_ = f.buffer_.data();
+  f.size_ = size;
+  return f;
+}
+
+Header read_header(const char* op, const std::string& path, const FileBytes& file) {
+  uint64_t size = file.size();
+  if (size < 8) fail(op, path, "file is {} bytes, shorter than the 8-byte header length", size);
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
+  for (int i = 7; i >= 0; --i) n = (n << 8) | file.data()[i];
   if (n > kMaxHeaderBytes)
     fail(op, path, "header length {} exceeds the limit of {} bytes (100 MB)", n, kMaxHeaderBytes);
   if (n > size - 8) fail(op, path, "header length {} exceeds the {} bytes after the length field", n, size - 8);
-
-  std::string text(n, '\0');
-  read_exact(op, path, fd, text.data(), n, 8);
+  std::string_view text(reinterpret_cast<const char*>(file.data()) + 8, size_t(n));
 
   HeaderParser parser(op, path);
   if (!Json::sax_parse(text, &parser)) fail(op, path, "header is not valid JSON: {}", parser.error);
@@ -364,11 +371,32 @@ Header read_header(const char* op, const std::string& path, int fd) {
   return h;
 }
 
-Fd open_for_reading(const char* op, const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) fail(op, path, "cannot open: {}", errno_text(errno));
-  return fd;
+Tensor read_tensor(const char* op, const std::string& path, const FileBytes& file, const Header& h, const Entry& e) {
+  Tensor t = Tensor::empty(e.shape, e.dtype->dtype);
+  uint64_t nbytes = e.end - e.begin;
+  const uint8_t* src = file.data() + h.data_start + e.begin;
+  if (std::string_view(e.dtype->name) == "F16") {
+    // F16 has no kiln dtype: widen to f32 (exact). memcpy: the bytes may be unaligned.
+    float* dst = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      uint16_t half;
+      std::memcpy(&half, src + 2 * i, 2);
+      dst[i] = half_to_float(half);
+    }
+  } else if (nbytes > 0) {
+    if (e.dtype->dtype == kBool) {
+      // A C++ bool must hold 0 or 1; anything else would be undefined behaviour later.
+      for (uint64_t i = 0; i < nbytes; ++i)
+        if (src[i] > 1) fail(op, path, "tensor '{}': BOOL element {} is {}, not 0 or 1", e.name, i, src[i]);
+    }
+    std::memcpy(t.data_ptr(), src, nbytes);
+  }
+  return t;
 }
+
+}  // namespace detail
+
+namespace {
 
 // ---------------------------------------------------------------- writing
 
@@ -487,39 +515,16 @@ void save_safetensors(const std::string& path, const nn::StateDict& tensors,
 
 nn::StateDict load_safetensors(const std::string& path) {
   constexpr const char* op = "load_safetensors";
-  Fd fd = open_for_reading(op, path);
-  Header h = read_header(op, path, fd.get());
-
+  auto file = detail::FileBytes::open(op, path);
+  detail::Header h = detail::read_header(op, path, file);
   nn::StateDict out;
-  std::vector<uint16_t> halves;  // F16 staging
-  for (const Entry& e : h.entries) {
-    Tensor t = Tensor::empty(e.shape, e.dtype->dtype);
-    uint64_t nbytes = e.end - e.begin;
-    uint64_t at = h.data_start + e.begin;
-    if (std::string_view(e.dtype->name) == "F16") {
-      // F16 has no kiln dtype: widen to f32 (exact).
-      halves.resize(size_t(t.numel()));
-      read_exact(op, path, fd.get(), halves.data(), nbytes, at);
-      float* dst = t.data<float>();
-      for (size_t i = 0; i < halves.size(); ++i) dst[i] = half_to_float(halves[i]);
-    } else if (nbytes > 0) {
-      read_exact(op, path, fd.get(), t.data_ptr(), nbytes, at);
-      if (e.dtype->dtype == kBool) {
-        // A C++ bool must hold 0 or 1; anything else would be undefined behaviour later.
-        const auto* b = static_cast<const uint8_t*>(t.data_ptr());
-        for (uint64_t i = 0; i < nbytes; ++i)
-          if (b[i] > 1) fail(op, path, "tensor '{}': BOOL element {} is {}, not 0 or 1", e.name, i, b[i]);
-      }
-    }
-    out.insert(e.name, std::move(t));
-  }
+  for (const detail::Entry& e : h.entries) out.insert(e.name, detail::read_tensor(op, path, file, h, e));
   return out;
 }
 
 std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
   constexpr const char* op = "read_safetensors_metadata";
-  Fd fd = open_for_reading(op, path);
-  return read_header(op, path, fd.get()).metadata;
+  return detail::read_header(op, path, detail::FileBytes::open(op, path)).metadata;
 }
 
 }  // namespace kiln::io

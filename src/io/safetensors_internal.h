@@ -1,12 +1,81 @@
-// Test-only seam of src/io/safetensors.cpp (not installed, not in kiln.h): lets a
-// test make save_safetensors fail after its temporary file is fully written, to
-// check that the failure removes the temporary and leaves the target untouched.
+// The reading half of src/io/safetensors.cpp, shared with the checkpoint code
+// (not installed, not in kiln.h), and a test seam of the writer.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/tensor.h"
 
 namespace kiln::io::detail {
+
+/// A safetensors dtype name, its element size in the file and the kiln dtype
+/// it loads as (F16 has no kiln dtype: it is widened to f32 on load).
+struct FileDType {
+  const char* name;
+  int64_t file_itemsize;
+  DType dtype;
+};
+
+/// One tensor of a validated header. Offsets are relative to the data buffer.
+struct Entry {
+  std::string name;
+  const FileDType* dtype;
+  Shape shape;
+  uint64_t begin = 0, end = 0;
+};
+
+struct Header {
+  std::vector<Entry> entries;  // in data-buffer order
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;  // 8 + N: where the data buffer starts in the file
+};
+
+/// A whole file's bytes: memory-mapped at kMapThreshold bytes and above, read
+/// into memory below (where a mapping saves nothing).
+class FileBytes {
+ public:
+  static constexpr size_t kMapThreshold = size_t(1) << 20;
+  /// Throws "[op] path: cannot open: ..." and the like.
+  static FileBytes open(const char* op, const std::string& path);
+  /// A copy of `size` bytes, as if read from a file (for fuzzing and tests).
+  static FileBytes from_memory(const void* data, size_t size);
+
+  FileBytes(FileBytes&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
+        mapped_(std::exchange(o.mapped_, false)), buffer_(std::move(o.buffer_)) {
+    if (!mapped_) data_ = buffer_.data();
+  }
+  FileBytes& operator=(FileBytes&&) = delete;
+  ~FileBytes();
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  FileBytes() = default;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  bool mapped_ = false;
+  std::vector<uint8_t> buffer_;
+};
+
+/// Validates the whole header: after this returns, every tensor's range lies
+/// in the file, matches its shape and dtype, and the ranges tile the data
+/// buffer exactly. Errors: "[op] path: tensor 'x': ...".
+Header read_header(const char* op, const std::string& path, const FileBytes& file);
+
+/// A new contiguous tensor with entry `e`'s values (F16 widened, BOOL checked).
+Tensor read_tensor(const char* op, const std::string& path, const FileBytes& file, const Header& h, const Entry& e);
+
+/// The tensor's bytes in the file.
+inline const uint8_t* entry_bytes(const FileBytes& file, const Header& h, const Entry& e) {
+  return file.data() + h.data_start + e.begin;
+}
 
 /// Called by save_safetensors with the temporary file's path after the file is
 /// written, fsynced and closed, right before it is renamed over the target. A

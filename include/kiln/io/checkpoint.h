@@ -56,6 +56,14 @@ class Stateful {
   virtual void load_state(const State& state) = 0;
 };
 
+/// Typed reads of a State's values, for load_state implementations: throw
+/// "[op] state has no 'cursor'" or "[op] state 'cursor' is 'x', not an integer".
+/// Write values with std::to_string or fmt::format("{}", x) (a double's
+/// shortest exact form).
+int64_t state_i64(const State& state, const std::string& key, const char* op);
+uint64_t state_u64(const State& state, const std::string& key, const char* op);
+double state_f64(const State& state, const std::string& key, const char* op);
+
 class Checkpoint {
  public:
   Checkpoint();
@@ -108,11 +116,11 @@ struct CheckpointInfo {
   Progress progress;
   std::vector<std::string> models, optimizers;  // prefixes
   std::map<std::string, std::string> metadata;  // the raw "__metadata__"
-  struct Tensor {
+  struct TensorInfo {
     std::string name, dtype;  // dtype as in the file: "F32", ...
     Shape shape;
   };
-  std::vector<Tensor> tensors;  // in file order
+  std::vector<TensorInfo> tensors;  // in file order
 };
 CheckpointInfo read_checkpoint_info(const std::string& path);
 

@@ -1,0 +1,21 @@
+// CRC32C (Castagnoli, polynomial 0x1EDC6F41 reflected = 0x82F63B78): the
+// per-tensor checksum of kiln's checkpoints. Same values as iSCSI / ext4 /
+// Python's `crc32c` package: crc32c("123456789") = 0xE3069283.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kiln::io {
+
+/// The CRC32C of `n` bytes, continuing from `crc` (the result of a previous
+/// call over the preceding bytes; 0 to start). Uses the SSE4.2 crc32
+/// instruction when the CPU has it, else a table.
+uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);
+
+namespace detail {
+/// The table version, always (tests compare the two).
+uint32_t crc32c_portable(const void* data, size_t n, uint32_t crc = 0);
+}  // namespace detail
+
+}  // namespace kiln::io
