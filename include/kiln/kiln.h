@@ -55,4 +55,6 @@
 #include "kiln/optim/scheduler.h"
 #include "kiln/optim/schedulers.h"
 #include "kiln/optim/sgd.h"
+#include "kiln/io/checkpoint.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/data/sampler.h"
