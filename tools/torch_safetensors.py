@@ -337,9 +337,10 @@ def same_values(a, b):
     return bool((same | (torch.isnan(a) & torch.isnan(b))).all())
 
 
-def compare_files(path_a, path_b, with_metadata=False, out=sys.stdout):
+def compare_files(path_a, path_b, with_metadata=False, out=None):
     """Prints every difference between two files' tensors (names, dtypes, shapes,
     bytes) and, with_metadata, their metadata; returns the number of differences."""
+    out = out or sys.stdout
     ea, ma, ra = read_entries(path_a)
     eb, mb, rb = read_entries(path_b)
     a = {e.name: e for e in ea}
@@ -365,11 +366,12 @@ def compare_files(path_a, path_b, with_metadata=False, out=sys.stdout):
     return len(diffs)
 
 
-def compare_json(path, expected, out=sys.stdout):
+def compare_json(path, expected, out=None):
     """Compares a file with tensors written as JSON, {"tensors": [{"name": ...,
     "value": {"shape", "dtype", "data"}}, ...], "metadata": {...}} (metadata
     optional): the same names in the same order, dtypes, shapes, values and
     metadata. Prints every difference; returns their number."""
+    out = out or sys.stdout
     tensors, metadata = load(path)
     want = [(t["name"], from_json(t["value"])) for t in expected["tensors"]]
     diffs = []
