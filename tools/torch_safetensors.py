@@ -175,21 +175,25 @@ def _no_duplicates(path):
     return hook
 
 
-def parse_header(path, blob):
-    """Validates the header of a whole file `blob` (bytes) as kiln does: returns
+def _read_header(path, f):
+    """Reads and validates the header of the open file `f` as kiln does: returns
     (entries in data-buffer order, metadata, data start). After it returns every
     tensor's range lies in the file, matches its shape and dtype, and the ranges
-    tile the data buffer exactly."""
-    size = len(blob)
+    tile the data buffer exactly. No tensor data is read."""
+    size = os.fstat(f.fileno()).st_size
     if size < 8:
         _fail(path, f"file is {size} bytes, shorter than the 8-byte header length")
-    (n,) = struct.unpack("<Q", blob[:8])
+    f.seek(0)
+    (n,) = struct.unpack("<Q", f.read(8))
     if n > MAX_HEADER_BYTES:
         _fail(path, f"header length {n} exceeds the limit of {MAX_HEADER_BYTES} bytes (100 MB)")
     if n > size - 8:
         _fail(path, f"header length {n} exceeds the {size - 8} bytes after the length field (truncated file?)")
+    raw = f.read(n)
+    if len(raw) != n:
+        _fail(path, "unexpected end of file in the header (was it truncated while loading?)")
     try:
-        text = blob[8:8 + n].decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         _fail(path, f"header is not UTF-8: {e}")
     try:
@@ -265,15 +269,23 @@ def _parse_entry(path, name, e, buffer_size):
     return Entry(name, dtype, tuple(shape), begin, end)
 
 
-def _tensor(path, blob, data_start, e):
+def _read_data(path, f, data_start, e):
+    """The bytes of tensor `e`, read straight into memory the tensor will own."""
+    buf = bytearray(e.nbytes)
+    f.seek(data_start + e.begin)
+    if f.readinto(buf) != e.nbytes:
+        _fail(path, f"unexpected end of file at byte {data_start + e.begin} (was it truncated while loading?)", e.name)
+    return buf
+
+
+def _tensor(path, e, buf):
     torch_dtype, _, raw = DTYPES[e.dtype]
-    data = blob[data_start + e.begin:data_start + e.end]
-    # A copy (bytearray): the tensor owns writable memory, independent of the blob.
-    flat = np.frombuffer(bytearray(data), dtype=raw) if data else np.empty(0, dtype=raw)
+    flat = np.frombuffer(buf, dtype=raw) if buf else np.empty(0, dtype=raw)
     if e.dtype == "BOOL":
         bad = np.flatnonzero(flat > 1)
         if bad.size:
             _fail(path, f"BOOL element {bad[0]} is {flat[bad[0]]}, not 0 or 1", e.name)
+    # numpy reads little-endian; torch needs the host's order (a copy only on big-endian hosts).
     x = torch.from_numpy(flat.astype(flat.dtype.newbyteorder("="), copy=False))
     if e.dtype == "BOOL":
         x = x.to(torch.bool)
@@ -284,26 +296,25 @@ def _tensor(path, blob, data_start, e):
 
 def load(path):
     """Reads a safetensors file: (OrderedDict name -> torch.Tensor in the order
-    of the tensors' bytes, metadata dict). The whole header is validated first;
-    any problem raises ValueError("<path>: tensor 'x': <what is wrong>")."""
+    of the tensors' bytes, metadata dict). The whole header is validated before
+    any tensor is read; any problem raises ValueError("<path>: tensor 'x': <what
+    is wrong>"). Each tensor owns its memory (the file is read once, no copy of it kept)."""
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        blob = f.read()
-    entries, metadata, data_start = parse_header(path, blob)
     out = collections.OrderedDict()
-    for e in entries:
-        out[e.name] = _tensor(path, blob, data_start, e)
+    with open(path, "rb") as f:
+        entries, metadata, data_start = _read_header(path, f)
+        for e in entries:
+            out[e.name] = _tensor(path, e, _read_data(path, f, data_start, e))
     return out, metadata
 
 
-def read_entries(path):
-    """(entries, metadata, raw bytes of each tensor by name), validated like load()."""
+def read_header(path):
+    """(entries, metadata) of a file, validated like load() but reading no tensor
+    data; each entry has name, dtype ("F32", ...), shape, begin, end, nbytes."""
     path = os.fspath(path)
     with open(path, "rb") as f:
-        blob = f.read()
-    entries, metadata, data_start = parse_header(path, blob)
-    raw = {e.name: blob[data_start + e.begin:data_start + e.end] for e in entries}
-    return entries, metadata, raw
+        entries, metadata, _ = _read_header(path, f)
+    return entries, metadata
 
 
 # ---------------------------------------------------------------- comparing
@@ -320,7 +331,7 @@ def from_json(value):
         # Every f32 / bf16 value written by kiln is an exact f64: no rounding here.
         x = torch.tensor(data, dtype=torch.float64).to(dtype)
     else:
-        x = torch.tensor(data, dtype=dtype if dtype != torch.bool else torch.bool)
+        x = torch.tensor(data, dtype=dtype)
     return x.reshape(value["shape"])
 
 
@@ -339,24 +350,28 @@ def same_values(a, b):
 
 def compare_files(path_a, path_b, with_metadata=False, out=None):
     """Prints every difference between two files' tensors (names, dtypes, shapes,
-    bytes) and, with_metadata, their metadata; returns the number of differences."""
+    bytes) and, with_metadata, their metadata; returns the number of differences.
+    Holds one pair of tensors in memory at a time."""
     out = out or sys.stdout
-    ea, ma, ra = read_entries(path_a)
-    eb, mb, rb = read_entries(path_b)
-    a = {e.name: e for e in ea}
-    b = {e.name: e for e in eb}
+    path_a, path_b = os.fspath(path_a), os.fspath(path_b)
     diffs = []
-    diffs += [f"'{n}': only in {path_a}" for n in a if n not in b]
-    diffs += [f"'{n}': only in {path_b}" for n in b if n not in a]
-    for n in (n for n in a if n in b):
-        if a[n].dtype != b[n].dtype:
-            diffs.append(f"'{n}': dtype {a[n].dtype} vs {b[n].dtype}")
-        elif a[n].shape != b[n].shape:
-            diffs.append(f"'{n}': shape {list(a[n].shape)} vs {list(b[n].shape)}")
-        elif ra[n] != rb[n]:
-            first = next(i for i, (x, y) in enumerate(zip(ra[n], rb[n])) if x != y)
-            itemsize = DTYPES[a[n].dtype][1]
-            diffs.append(f"'{n}': bytes differ, first at element {first // itemsize}")
+    with open(path_a, "rb") as fa, open(path_b, "rb") as fb:
+        ea, ma, start_a = _read_header(path_a, fa)
+        eb, mb, start_b = _read_header(path_b, fb)
+        a = {e.name: e for e in ea}
+        b = {e.name: e for e in eb}
+        diffs += [f"'{n}': only in {path_a}" for n in a if n not in b]
+        diffs += [f"'{n}': only in {path_b}" for n in b if n not in a]
+        for n in (n for n in a if n in b):
+            if a[n].dtype != b[n].dtype:
+                diffs.append(f"'{n}': dtype {a[n].dtype} vs {b[n].dtype}")
+            elif a[n].shape != b[n].shape:
+                diffs.append(f"'{n}': shape {list(a[n].shape)} vs {list(b[n].shape)}")
+            else:
+                da, db = _read_data(path_a, fa, start_a, a[n]), _read_data(path_b, fb, start_b, b[n])
+                if da != db:
+                    first = next(i for i, (x, y) in enumerate(zip(da, db)) if x != y)
+                    diffs.append(f"'{n}': bytes differ, first at element {first // DTYPES[a[n].dtype][1]}")
     if with_metadata and ma != mb:
         diffs.append(f"metadata {json.dumps(ma, sort_keys=True)} vs {json.dumps(mb, sort_keys=True)}")
     for d in diffs:
@@ -411,7 +426,7 @@ def state_dict_of(obj, source):
 
 
 def _show(args):
-    entries, metadata, _ = read_entries(args.file)
+    entries, metadata = read_header(args.file)
     total = sum(e.nbytes for e in entries)
     print(f"{args.file}: {len(entries)} tensors, {total} bytes of data")
     width = max((len(e.name) for e in entries), default=0)
