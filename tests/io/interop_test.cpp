@@ -99,7 +99,7 @@ void expect_matches_torch(const std::string& name, Model& model, Run run) {
   auto meta = read_safetensors_metadata(path);
   EXPECT_EQ(meta.at("format"), "pt");
   EXPECT_EQ(meta.at("model"), name);
-  EXPECT_EQ(meta.at("source").rfind("torch 1.13", 0), 0u) << meta.at("source");
+  EXPECT_EQ(meta.at("source").rfind("torch ", 0), 0u) << meta.at("source");
 
   model.eval();
   std::vector<Tensor> inputs;
@@ -128,7 +128,7 @@ TEST(Interop, CnnWithBatchNormRunningStatsMatchesTorch) {
                        [](nn::Sequential& m, const std::vector<Tensor>& in) { return std::vector{m.forward(in[0])}; });
   // The running statistics and the batch count came from the file.
   auto& bn = dynamic_cast<nn::BatchNorm2d&>(*net.named_children()[1].second);
-  EXPECT_EQ(bn.num_batches_tracked.template to_vector<int64_t>(), std::vector<int64_t>{3});
+  EXPECT_EQ(bn.num_batches_tracked.to_vector<int64_t>(), std::vector<int64_t>{3});
   EXPECT_TRUE(equal(bn.running_mean.to(kF32), load_safetensors(kGoldens + "/io_interop_cnn.safetensors").at("1.running_mean")));
 }
 
