@@ -58,58 +58,66 @@ MAX_HEADER_BYTES = 100 << 20
 
 # ---------------------------------------------------------------- writing
 
-def _tensor_bytes(name, x):
-    """(safetensors dtype, bytes) of a tensor: its elements, row-major, little-endian."""
+def _check(name, x):
+    """The safetensors dtype of tensor `name`; TypeError unless kiln can read it."""
+    if not isinstance(name, str):
+        raise TypeError(f"tensor name {name!r} is not a str")
+    if name == METADATA_KEY:
+        raise ValueError(f"tensor '{name}': the name is reserved for metadata")
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"tensor '{name}': is {type(x).__name__}, not a torch.Tensor")
     if x.dtype not in _NAME_OF:
         raise TypeError(f"tensor '{name}': dtype {x.dtype} has no safetensors name that kiln reads "
                         f"({', '.join(DTYPES)}); convert it first, e.g. x.float()")
-    dtype = _NAME_OF[x.dtype]
+    return _NAME_OF[x.dtype]
+
+
+def _data(x):
+    """A tensor's elements as a numpy array of its raw little-endian bytes, row-major."""
     x = x.detach().cpu().contiguous()
-    if x.numel() == 0:
-        return dtype, b""
-    raw = DTYPES[dtype][2]
+    raw = DTYPES[_NAME_OF[x.dtype]][2]
     if x.dtype == torch.bool:
         x = x.to(torch.uint8)  # one byte per element, 0 or 1
     elif x.dtype == torch.bfloat16:
         x = x.view(torch.int16)
     # numpy arrays are native-endian; astype makes them little-endian on any host.
-    return dtype, x.numpy().astype(raw, copy=False).tobytes()
+    return x.numpy().astype(raw, copy=False)
 
 
-def to_bytes(tensors, metadata=None):
-    """The whole file as bytes: a dict name -> tensor (e.g. a state_dict, in its
-    order) and optional metadata (str -> str)."""
+def _layout(tensors, metadata):
+    """Checks every tensor and the metadata, and lays out the file: (length field
+    + header bytes, the tensors in the order of their bytes)."""
     header = {}
     if metadata:
         for k, v in metadata.items():
             if not isinstance(k, str) or not isinstance(v, str):
                 raise TypeError(f"metadata {k!r}: {v!r}: safetensors metadata maps str to str")
         header[METADATA_KEY] = dict(metadata)
-    chunks = []
     offset = 0
     for name, x in tensors.items():
-        if not isinstance(name, str):
-            raise TypeError(f"tensor name {name!r} is not a str")
-        if name == METADATA_KEY:
-            raise ValueError(f"tensor '{name}': the name is reserved for metadata")
-        dtype, data = _tensor_bytes(name, x)
-        header[name] = {"dtype": dtype, "shape": list(x.shape), "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
+        dtype = _check(name, x)
+        nbytes = x.numel() * DTYPES[dtype][1]
+        header[name] = {"dtype": dtype, "shape": list(x.shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     text += b" " * (-len(text) % 8)  # 8 + N is a multiple of 8: the data is 8-byte aligned
-    return b"".join([struct.pack("<Q", len(text)), text] + chunks)
+    return struct.pack("<Q", len(text)) + text, list(tensors.values())
+
+
+def to_bytes(tensors, metadata=None):
+    """The whole file as bytes: a dict name -> tensor (e.g. a state_dict, in its
+    order) and optional metadata (str -> str)."""
+    head, values = _layout(tensors, metadata)
+    return b"".join([head] + [_data(x).tobytes() for x in values])
 
 
 def save(path, state_dict, metadata=None):
     """Writes a dict name -> torch.Tensor (a state_dict: tensors are detached,
     moved to the CPU and made contiguous) and optional metadata (str -> str) to
-    `path`. Atomic like kiln's save: a temporary file in the same folder is
-    written, fsynced and renamed over `path`, so a failed save never leaves a
-    broken file there."""
-    blob = to_bytes(state_dict, metadata)  # every check runs before any file is touched
+    `path`, one tensor copied at a time. Atomic like kiln's save: a temporary
+    file in the same folder is written, fsynced and renamed over `path`, so a
+    failed save never leaves a broken file there."""
+    head, values = _layout(state_dict, metadata)  # every check runs before any file is touched
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     base = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}-")
@@ -124,7 +132,10 @@ def save(path, state_dict, metadata=None):
                 raise
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(blob)
+            f.write(head)
+            for x in values:
+                if x.numel():
+                    f.write(_data(x))  # no extra copy: the array's buffer is written
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
