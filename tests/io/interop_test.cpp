@@ -130,7 +130,8 @@ TEST(Interop, CnnWithBatchNormRunningStatsMatchesTorch) {
   // The running statistics and the batch count came from the file.
   auto& bn = dynamic_cast<nn::BatchNorm2d&>(*net.named_children()[1].second);
   EXPECT_EQ(bn.num_batches_tracked.to_vector<int64_t>(), std::vector<int64_t>{3});
-  EXPECT_TRUE(equal(bn.running_mean.to(kF32), load_safetensors(kGoldens + "/io_interop_cnn.safetensors").at("1.running_mean")));
+  EXPECT_TRUE(
+      equal(bn.running_mean.to(kF32), load_safetensors(kGoldens + "/io_interop_cnn.safetensors").at("1.running_mean")));
 }
 
 TEST(Interop, LstmWithLinearHeadMatchesTorch) {
@@ -170,14 +171,14 @@ nn::StateDict kiln_written() {
   constexpr float nan = std::numeric_limits<float>::quiet_NaN();
   nn::StateDict sd;
   sd.insert("f32", tensor<float>({0.5f, -1.25f, inf, -inf, nan, -0.0f}, {2, 3}));
-  sd.insert("f32_extremes", tensor<float>({std::numeric_limits<float>::denorm_min(),
-                                           std::numeric_limits<float>::max(), 0.1f}));
+  sd.insert("f32_extremes",
+            tensor<float>({std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max(), 0.1f}));
   sd.insert("f64", tensor<double>({0.1, -2.5, 1e300, std::numeric_limits<double>::denorm_min()}));
   sd.insert("bf16", tensor<float>({1.0f, -2.5f, 0.15625f, std::ldexp(1.0f, 100)}, {2, 2}).to(kBF16));
   sd.insert("i32", tensor<int32_t>({std::numeric_limits<int32_t>::min(), -1, 0, std::numeric_limits<int32_t>::max()}));
-  sd.insert("i64", tensor<int64_t>({std::numeric_limits<int64_t>::min(), -1, int64_t(1) << 40,
-                                    std::numeric_limits<int64_t>::max()},
-                                   {2, 2}));
+  sd.insert("i64", tensor<int64_t>(
+                       {std::numeric_limits<int64_t>::min(), -1, int64_t(1) << 40, std::numeric_limits<int64_t>::max()},
+                       {2, 2}));
   sd.insert("u8", tensor<uint8_t>({0, 1, 127, 128, 255}));
   sd.insert("bool", tensor<bool>({true, false, true}));
   sd.insert("scalar", scalar_tensor(3.25));
@@ -189,7 +190,7 @@ nn::StateDict kiln_written() {
   return sd;
 }
 const std::map<std::string, std::string> kKilnWrittenMetadata = {{"format", "pt"},
-                                                                   {"writer", "kiln tests/io/interop_test.cpp"}};
+                                                                 {"writer", "kiln tests/io/interop_test.cpp"}};
 
 std::string read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -303,11 +304,12 @@ TEST_F(InteropFiles, TorchReadsKilnFilesWithIdenticalTensors) {
   EXPECT_NE(ok.output.find("identical: 14 tensors"), std::string::npos) << ok.output;
 
   // What PyTorch read, saved again by the script, is kiln's file byte for byte.
-  CommandResult resave = run_command(std::string(kPython) + " -c " +
-                           quoted("import sys; sys.path.insert(0, sys.argv[1]); import torch_safetensors as st; "
-                                  "sd, meta = st.load(sys.argv[2]); st.save(sys.argv[3], sd, meta)") +
-                           " " + quoted(std::string(KILN_SOURCE_DIR) + "/tools") + " " +
-                           quoted(path("kiln.safetensors")) + " " + quoted(path("torch.safetensors")));
+  CommandResult resave =
+      run_command(std::string(kPython) + " -c " +
+                  quoted("import sys; sys.path.insert(0, sys.argv[1]); import torch_safetensors as st; "
+                         "sd, meta = st.load(sys.argv[2]); st.save(sys.argv[3], sd, meta)") +
+                  " " + quoted(std::string(KILN_SOURCE_DIR) + "/tools") + " " + quoted(path("kiln.safetensors")) + " " +
+                  quoted(path("torch.safetensors")));
   ASSERT_EQ(resave.status, 0) << resave.output;
   EXPECT_EQ(read_bytes(path("torch.safetensors")), read_bytes(path("kiln.safetensors")));
 }
