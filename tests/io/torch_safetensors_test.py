@@ -7,6 +7,7 @@ exits 77 (ctest: skipped) when torch or numpy is missing, as on CI.
     /usr/bin/python3 tests/io/torch_safetensors_test.py
 """
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -21,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 try:
-    import numpy  # noqa: F401
+    importlib.import_module("numpy")  # needed by torch_safetensors
     import torch
 except ImportError as e:
     print(f"skipped: tools/torch_safetensors.py needs PyTorch and numpy ({e})")
