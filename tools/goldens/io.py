@@ -1,11 +1,12 @@
 """Goldens for kiln/io/safetensors.h: tests/goldens/torch_tensors.safetensors,
-written from PyTorch tensors by safetensors_util (one of each dtype kiln reads,
-plus 0-d, empty and non-contiguous ones, and metadata), and torch_tensors.json
+written from PyTorch tensors by tools/torch_safetensors.py (one of each dtype
+kiln reads, plus 0-d, empty and non-contiguous ones, and metadata), and torch_tensors.json
 with their values, which tests/io/safetensors_test.cpp compares after loading.
 F16 has no kiln dtype: its expected value is the f32 it loads as."""
 import torch
+import torch_safetensors  # tools/, on sys.path through tools/gen_goldens.py
 
-from . import common, safetensors_util
+from . import common
 
 
 def generate():
@@ -24,9 +25,9 @@ def generate():
         "empty": torch.zeros(0, 2),
     }
     metadata = {"format": "pt", "source": "tools/goldens/io.py"}
-    safetensors_util.save_safetensors(common.OUT / "torch_tensors.safetensors", tensors, metadata)
+    torch_safetensors.save(common.OUT / "torch_tensors.safetensors", tensors, metadata)
     # The writer round-trips through its own reader (same bytes, same values).
-    back, meta = safetensors_util.load_safetensors(common.OUT / "torch_tensors.safetensors")
+    back, meta = torch_safetensors.load(common.OUT / "torch_tensors.safetensors")
     assert meta == metadata and list(back) == list(tensors)
     assert all(torch.equal(back[k], v) for k, v in tensors.items())
 

@@ -1,9 +1,9 @@
 """Parity goldens for Linear, the activations, Flatten and Sequential."""
 import torch
+import torch_safetensors  # tools/, on sys.path through tools/gen_goldens.py
 
 from goldens import common
 from goldens.nn_util import parity_case
-from goldens.safetensors_util import save_safetensors
 
 
 def generate():
@@ -12,8 +12,8 @@ def generate():
     # kiln loads the file by name and must give the same outputs (issue 4 item 4).
     net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     x = common.randn(4, 6, seed=5).float()
-    save_safetensors(str(common.OUT / "nn_basic_mlp.safetensors"), net.state_dict(),
-                     metadata={"source": "torch " + torch.__version__})
+    torch_safetensors.save(str(common.OUT / "nn_basic_mlp.safetensors"), net.state_dict(),
+                           metadata={"source": "torch " + torch.__version__})
     exported = {"input": common.t(x), "output": common.t(net(x))}
     cases = [
         parity_case("linear", torch.nn.Linear(5, 3), [common.randn(4, 5, seed=1).float()]),
