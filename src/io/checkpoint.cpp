@@ -133,17 +133,25 @@ Checkpoint::~Checkpoint() = default;
 Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
 Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
 
+/// A new tensor prefix must differ from the others and not nest in one
+/// ("a" and "a.b"): every tensor name then belongs to exactly one part.
+void check_new_prefix(const std::set<std::string>& taken, const std::string& prefix) {
+  for (const std::string& t : taken) {
+    KILN_CHECK(t != prefix, "Checkpoint", "prefix '{}' is already taken by another model or optimizer", prefix);
+    bool nested = !t.empty() && !prefix.empty() && (prefix.rfind(t + ".", 0) == 0 || t.rfind(prefix + ".", 0) == 0);
+    KILN_CHECK(!nested, "Checkpoint", "prefix '{}' nests with prefix '{}': choose prefixes that do not", prefix, t);
+  }
+}
+
 Checkpoint& Checkpoint::model(nn::Module& module, std::string prefix) {
-  KILN_CHECK(!parts_->tensor_prefixes().count(prefix), "Checkpoint",
-             "prefix '{}' is already taken by another model or optimizer", prefix);
+  check_new_prefix(parts_->tensor_prefixes(), prefix);
   parts_->add(parts_->models, "model", std::move(prefix), &module);
   return *this;
 }
 
 Checkpoint& Checkpoint::optimizer(optim::Optimizer& opt, std::string prefix) {
   KILN_CHECK(!prefix.empty(), "Checkpoint", "an optimizer needs a non-empty prefix (its tensors are '<prefix>.step', ...)");
-  KILN_CHECK(!parts_->tensor_prefixes().count(prefix), "Checkpoint",
-             "prefix '{}' is already taken by another model or optimizer", prefix);
+  check_new_prefix(parts_->tensor_prefixes(), prefix);
   parts_->add(parts_->optimizers, "optimizer", std::move(prefix), &opt);
   return *this;
 }
@@ -186,11 +194,13 @@ void Checkpoint::save(const std::string& path) const {
   const Parts& p = *parts_;
   detail::CheckpointMeta meta;
   nn::StateDict tensors;
+  // Each name must come back to its part on load: a model's child named like
+  // an optimizer's prefix ("optim.weight") would be read as optimizer state.
+  const std::set<std::string> prefixes = p.tensor_prefixes();
   auto put = [&](const std::string& key, const Tensor& value, const char* kind, const std::string& owner) {
-    KILN_CHECK(!tensors.contains(key), op,
-               "{}: tensor name '{}' of {} '{}' is taken by another part (a model with a child named like an "
-               "optimizer's prefix? give the optimizer another prefix)",
-               path, key, kind, owner);
+    KILN_CHECK(belongs(key, owner, prefixes), op,
+               "{}: tensor '{}' of {} '{}' starts with another part's prefix; give that part another prefix", path,
+               key, kind, owner);
     tensors.insert(key, value);
   };
   for (const auto& [prefix, m] : p.models) {
