@@ -68,5 +68,6 @@ void resize_benches(std::vector<Bench>& out);  // interpolate, rotary_embedding 
 void mha_benches(std::vector<Bench>& out);        // MultiheadAttention, TransformerBlock: mha_bench.cpp
 void recurrent_benches(std::vector<Bench>& out);  // lstm, gru fwd+bwd: recurrent_bench.cpp
 void optim_benches(std::vector<Bench>& out);      // one AdamW step, copy-bandwidth probe: optim_bench.cpp
+void io_benches(std::vector<Bench>& out);         // checkpoint save and load: io_bench.cpp
 
 }  // namespace bench

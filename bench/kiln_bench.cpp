@@ -107,6 +107,7 @@ std::vector<Bench> all_benches() {
   mha_benches(out);
   recurrent_benches(out);
   optim_benches(out);
+  io_benches(out);
   return out;
 }
 

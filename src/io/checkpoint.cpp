@@ -241,17 +241,19 @@ void Checkpoint::load(const std::string& path) {
   };
 
   // ---- pass 1: check ----
-  auto file = detail::FileBytes::open(op, path);
-  detail::Header header = detail::read_header(op, path, file);
+  auto file = std::make_shared<const detail::FileBytes>(detail::FileBytes::open(op, path));
+  detail::Header header = detail::read_header(op, path, *file);
   detail::CheckpointMeta meta = detail::parse_metadata(op, path, header);
-  detail::verify_checksums(op, path, file, header, meta);
+  detail::verify_checksums(op, path, *file, header, meta);
   bool plain = meta.format_version == 0;
   if (plain && (!p.optimizers.empty() || !p.schedulers.empty() || !p.rngs.empty() || !p.states.empty() || p.progress))
     fail("file", "a plain safetensors file (no kiln metadata) holds only weights, but this checkpoint also restores "
                  "an optimizer, scheduler, random streams, progress or state");
 
   nn::StateDict all;
-  for (const detail::Entry& e : header.entries) all.insert(e.name, detail::read_tensor(op, path, file, header, e));
+  // Tensors that alias the file's bytes: the restores below copy each value
+  // once, from the file into the model or the optimizer's state.
+  for (const detail::Entry& e : header.entries) all.insert(e.name, detail::alias_tensor(op, path, file, header, e));
   // Prefixes in the file: a tensor belongs to the part whose prefix it starts with.
   std::set<std::string> file_prefixes(meta.models.begin(), meta.models.end());
   for (const auto& [prefix, name] : meta.optimizers) file_prefixes.insert(prefix);

@@ -283,7 +283,9 @@ FileBytes FileBytes::open(const char* op, const std::string& path) {
     // Large files are mapped, not read: their bytes go from the page cache
     // straight into the tensors. (A file truncated in place by another program
     // while mapped would fault; kiln's own saves replace files by rename.)
-    void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    // Writable private pages: a tensor aliasing them (alias_tensor) may be
+    // written; a write copies the page and never reaches the file.
+    void* p = ::mmap(nullptr, f.size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.get(), 0);
     if (p == MAP_FAILED) fail(op, path, "cannot map {} bytes: {}", f.size_, errno_text(errno));
     ::madvise(p, f.size_, MADV_SEQUENTIAL);
     f.data_ = static_cast<const uint8_t*>(p);
@@ -392,6 +394,20 @@ Tensor read_tensor(const char* op, const std::string& path, const FileBytes& fil
     std::memcpy(t.data_ptr(), src, nbytes);
   }
   return t;
+}
+
+Tensor alias_tensor(const char* op, const std::string& path, const std::shared_ptr<const FileBytes>& file,
+                    const Header& h, const Entry& e) {
+  const uint8_t* src = entry_bytes(*file, h, e);
+  int64_t itemsize = e.dtype->file_itemsize;
+  if (e.dtype->dtype == kBool || std::string_view(e.dtype->name) == "F16" || e.end == e.begin ||
+      reinterpret_cast<uintptr_t>(src) % uintptr_t(itemsize) != 0)
+    return read_tensor(op, path, *file, h, e);
+  auto* keep = new std::shared_ptr<const FileBytes>(file);
+  auto storage = std::make_shared<Storage>(
+      const_cast<uint8_t*>(src), size_t(e.end - e.begin), kCPU,
+      [](void*, void* ctx) { delete static_cast<std::shared_ptr<const FileBytes>*>(ctx); }, keep);
+  return Tensor::make_view(std::move(storage), e.shape, contiguous_strides(e.shape), 0, e.dtype->dtype);
 }
 
 }  // namespace detail

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,6 +72,13 @@ Header read_header(const char* op, const std::string& path, const FileBytes& fil
 
 /// A new contiguous tensor with entry `e`'s values (F16 widened, BOOL checked).
 Tensor read_tensor(const char* op, const std::string& path, const FileBytes& file, const Header& h, const Entry& e);
+
+/// Entry `e`'s values without a copy where the file's bytes can serve as the
+/// tensor's memory (aligned to the element size; not F16 or BOOL, which need
+/// converting or checking): a tensor whose storage keeps `file` alive. Else
+/// read_tensor's copy. Writes to it change private pages, never the file.
+Tensor alias_tensor(const char* op, const std::string& path, const std::shared_ptr<const FileBytes>& file,
+                    const Header& h, const Entry& e);
 
 /// The tensor's bytes in the file.
 inline const uint8_t* entry_bytes(const FileBytes& file, const Header& h, const Entry& e) {
