@@ -6,6 +6,9 @@
 
 #include <array>
 #include <cstring>
+#include <vector>
+
+#include "kiln/core/parallel.h"
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>
@@ -100,12 +103,39 @@ uint32_t crc32c_portable(const void* data, size_t n, uint32_t crc) {
 }
 }  // namespace detail
 
-uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
+namespace {
+uint32_t crc32c_serial(const void* data, size_t n, uint32_t crc) {
 #if defined(__x86_64__)
   static const bool has_sse42 = __builtin_cpu_supports("sse4.2");
   if (has_sse42) return ~crc32c_sse42(static_cast<const unsigned char*>(data), n, ~crc);
 #endif
   return detail::crc32c_portable(data, n, crc);
+}
+}  // namespace
+
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  return multiply(x_pow_8n(len_b), crc_a) ^ crc_b;
+}
+
+uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
+  constexpr size_t kParallelBytes = size_t(4) << 20;
+  int64_t slices = get_num_threads();
+  if (n < kParallelBytes || slices < 2) return crc32c_serial(data, n, crc);
+  // One slice per thread; the checksum is one value whatever the split.
+  const auto* p = static_cast<const unsigned char*>(data);
+  size_t slice = (n + size_t(slices) - 1) / size_t(slices);
+  std::vector<uint32_t> part(static_cast<size_t>(slices));
+  parallel_for(0, slices, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      size_t begin = size_t(i) * slice, end = std::min(n, begin + slice);
+      part[size_t(i)] = begin < end ? crc32c_serial(p + begin, end - begin, 0) : 0;
+    }
+  });
+  for (int64_t i = 0; i < slices; ++i) {
+    size_t begin = size_t(i) * slice, end = std::min(n, begin + slice);
+    if (begin < end) crc = crc32c_combine(crc, part[size_t(i)], end - begin);
+  }
+  return crc;
 }
 
 }  // namespace kiln::io

@@ -385,8 +385,24 @@ TEST(Crc32c, KnownValuesAndTheFastPathMatchesTheTable) {
                    size_t(12289), size_t(30000), size_t(39990)})
     for (size_t offset = 0; offset < 8; ++offset)
       ASSERT_EQ(crc32c(buf.data() + offset, n), detail::crc32c_portable(buf.data() + offset, n)) << n << " " << offset;
-  // Continuing from a previous CRC equals one pass.
+  // Continuing from a previous CRC, or combining two, equals one pass.
   EXPECT_EQ(crc32c(buf.data() + 5000, 20000, crc32c(buf.data(), 5000)), crc32c(buf.data(), 25000));
+  EXPECT_EQ(crc32c_combine(crc32c(buf.data(), 5000), crc32c(buf.data() + 5000, 20000), 20000),
+            crc32c(buf.data(), 25000));
+}
+
+TEST(Crc32c, ParallelSlicesGiveTheSameChecksumAsOnePass) {
+  std::vector<unsigned char> big((size_t(5) << 20) + 3);  // above the 4 MiB parallel threshold
+  std::mt19937 rng(1);
+  for (auto& b : big) b = static_cast<unsigned char>(rng());
+  uint32_t expected = detail::crc32c_portable(big.data(), big.size());
+  int saved = get_num_threads();
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    EXPECT_EQ(crc32c(big.data(), big.size()), expected) << threads << " threads";
+    EXPECT_EQ(crc32c(big.data() + 1, big.size() - 1, crc32c(big.data(), 1)), expected) << threads << " threads";
+  }
+  set_num_threads(saved);
 }
 
 }  // namespace
