@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -220,12 +221,16 @@ class KillTest : public ::testing::Test {
   pid_t spawn(int64_t first, int64_t count) {
     std::string path = target();
     for (auto& t : shared_->done_at_us) t.store(0);
+    const pid_t parent = ::getpid();
     pid_t pid = ::fork();
     if (pid != 0) {
       if (pid > 0) children_.insert(pid);
       return pid;
     }
-    // The child: only saves, then _exit; nothing of gtest runs here.
+    // The child: only saves, then _exit; nothing of gtest runs here. It dies
+    // with the parent (a test killed by a timeout leaves no process saving forever).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(4);
     try {
       for (int64_t k = 0; k < count; ++k) {
         int64_t n = first + k;
