@@ -9,6 +9,7 @@
 
 #include "kiln/core/error.h"
 #include "src/io/crc32c.h"
+#include "src/io/json_brief.h"
 
 namespace kiln::io::detail {
 namespace {
@@ -54,7 +55,7 @@ struct Reader {
     return j;
   }
   uint64_t u64(const Json& j, const std::string& what) const {
-    if (!j.is_number_unsigned()) fail("{} is {}, expected a non-negative integer", what, j.dump());
+    if (!j.is_number_unsigned()) fail("{} is {}, expected a non-negative integer", what, brief(j));
     return j.get<uint64_t>();
   }
   int64_t i64(const Json& j, const std::string& what) const {
@@ -70,7 +71,7 @@ struct Reader {
       if (s == "-inf") return -INFINITY;
       if (s == "nan") return NAN;
     }
-    fail("{} is {}, expected a number (or \"inf\", \"-inf\", \"nan\")", what, j.dump());
+    fail("{} is {}, expected a number (or \"inf\", \"-inf\", \"nan\")", what, brief(j));
   }
   const Json& field(const Json& j, const char* name, const std::string& what) const {
     auto it = j.find(name);
@@ -152,20 +153,20 @@ CheckpointMeta parse_metadata(const char* op, const std::string& path, const Hea
     meta.progress.epoch = r.i64(r.field(j, "epoch", "progress"), "epoch");
     meta.progress.global_step = r.i64(r.field(j, "global_step", "progress"), "global_step");
     meta.progress.step_in_epoch = r.i64(r.field(j, "step_in_epoch", "progress"), "step_in_epoch");
-    if (j.size() != 3) r.fail("progress has keys other than epoch, global_step, step_in_epoch: {}", j.dump());
+    if (j.size() != 3) r.fail("progress has keys other than epoch, global_step, step_in_epoch: {}", brief(j));
   }
   {
     Json j = r.parse(text(kModels));
     if (!j.is_array()) r.fail("expected a JSON array of prefixes, got {}", j.type_name());
     for (const Json& p : j) {
-      if (!p.is_string()) r.fail("prefix {} is not a string", p.dump());
+      if (!p.is_string()) r.fail("prefix {} is not a string", brief(p));
       meta.models.push_back(p.get<std::string>());
     }
   }
   {
     Json j = r.object(r.parse(text(kOptimizers)), "the value");
     for (const auto& [prefix, name] : j.items()) {
-      if (!name.is_string()) r.fail("optimizer '{}' is {}, expected its name as a string", prefix, name.dump());
+      if (!name.is_string()) r.fail("optimizer '{}' is {}, expected its name as a string", prefix, brief(name));
       meta.optimizers[prefix] = name.get<std::string>();
     }
   }
@@ -202,7 +203,7 @@ CheckpointMeta parse_metadata(const char* op, const std::string& path, const Hea
     for (const auto& [name, st] : j.items()) {
       r.object(st, "state '" + name + "'");
       for (const auto& [k, v] : st.items()) {
-        if (!v.is_string()) r.fail("state '{}' key '{}' is {}, expected a string", name, k, v.dump());
+        if (!v.is_string()) r.fail("state '{}' key '{}' is {}, expected a string", name, k, brief(v));
         meta.states[name][k] = v.get<std::string>();
       }
     }
@@ -214,7 +215,7 @@ CheckpointMeta parse_metadata(const char* op, const std::string& path, const Hea
       char* end = nullptr;
       unsigned long v = s && s->size() == 8 ? std::strtoul(s->c_str(), &end, 16) : 0;
       if (!s || s->size() != 8 || end != s->c_str() + 8)
-        r.fail("tensor '{}': checksum {} is not 8 hex digits", name, c.dump());
+        r.fail("tensor '{}': checksum {} is not 8 hex digits", name, brief(c));
       meta.crc32c[name] = uint32_t(v);
     }
     for (const Entry& e : header.entries)

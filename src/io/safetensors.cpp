@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "src/io/json_brief.h"
 #include "src/io/safetensors_internal.h"
 
 static_assert(std::endian::native == std::endian::little,
@@ -36,6 +37,7 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace kiln::io {
 namespace {
+using detail::brief;
 
 // std::map-backed JSON: lookups and inserts stay O(log n) for headers of many
 // thousands of tensors (ordered_json is a vector with linear search). Header
@@ -172,24 +174,28 @@ Entry parse_entry(const char* op, const std::string& path, const std::string& na
 
   auto sh = j.find("shape");
   if (sh == j.end() || !sh->is_array()) fail_tensor(op, path, name, "missing \"shape\" array");
-  int64_t numel = 1;
+  // numel, and the product of the non-zero sizes: an empty tensor's strides
+  // are still products of the other sizes and must fit in int64 (the fuzzer
+  // found [0, 2^62, 2^62] overflowing them).
+  int64_t numel = 1, strides_span = 1;
   for (size_t i = 0; i < sh->size(); ++i) {
     uint64_t d;
     if (!as_u64((*sh)[i], d) || d > uint64_t(std::numeric_limits<int64_t>::max()))
-      fail_tensor(op, path, name, "shape[{}] is {}, not a non-negative integer", i, (*sh)[i].dump());
+      fail_tensor(op, path, name, "shape[{}] is {}, not a non-negative integer", i, brief((*sh)[i]));
     e.shape.push_back(int64_t(d));
-    if (__builtin_mul_overflow(numel, int64_t(d), &numel))
-      fail_tensor(op, path, name, "shape {} overflows the element count", sh->dump());
+    if (__builtin_mul_overflow(numel, int64_t(d), &numel) ||
+        __builtin_mul_overflow(strides_span, std::max<int64_t>(int64_t(d), 1), &strides_span))
+      fail_tensor(op, path, name, "shape {} overflows the element count", to_string(e.shape));
   }
   int64_t nbytes;
   if (__builtin_mul_overflow(numel, e.dtype->file_itemsize, &nbytes))
-    fail_tensor(op, path, name, "shape {} overflows the byte count", sh->dump());
+    fail_tensor(op, path, name, "shape {} overflows the byte count", to_string(e.shape));
 
   auto off = j.find("data_offsets");
   if (off == j.end() || !off->is_array() || off->size() != 2 || !as_u64((*off)[0], e.begin) ||
       !as_u64((*off)[1], e.end))
     fail_tensor(op, path, name, "\"data_offsets\" must be two non-negative integers [begin, end], got {}",
-                off == j.end() ? std::string("nothing") : off->dump());
+                off == j.end() ? std::string("nothing") : brief(*off));
   if (e.begin > e.end) fail_tensor(op, path, name, "data_offsets [{}, {}]: begin is after end", e.begin, e.end);
   if (e.end > buffer_size)
     fail_tensor(op, path, name, "data_offsets [{}, {}]: end is beyond the data buffer of {} bytes", e.begin, e.end,
@@ -197,7 +203,7 @@ Entry parse_entry(const char* op, const std::string& path, const std::string& na
   if (e.end - e.begin != uint64_t(nbytes))
     fail_tensor(op, path, name,
                 "data_offsets [{}, {}] hold {} bytes, but shape {} of {} needs {} ({} elements x {} bytes)", e.begin,
-                e.end, e.end - e.begin, sh->dump(), e.dtype->name, nbytes, numel, e.dtype->file_itemsize);
+                e.end, e.end - e.begin, to_string(e.shape), e.dtype->name, nbytes, numel, e.dtype->file_itemsize);
   return e;
 }
 
@@ -238,8 +244,15 @@ struct HeaderParser : nlohmann::json_sax<Json> {
   bool number_float(number_float_t v, const string_t&) override { return put(v), true; }
   bool string(string_t& v) override { return put(std::move(v)), true; }
   bool binary(binary_t&) override { return true; }  // JSON text has no binary values
-  bool start_object(std::size_t) override { return open.push_back(put(Json::object())), true; }
-  bool start_array(std::size_t) override { return open.push_back(put(Json::array())), true; }
+  // A header nests three levels (root, entry, shape); refusing deeper input
+  // keeps every later recursion over the JSON (dump() in a message, the
+  // destructor) shallow. The fuzzer found a stack overflow without this.
+  static constexpr size_t kMaxDepth = 8;
+  void check_depth() const {
+    if (open.size() >= kMaxDepth) fail(op, path, "header nests JSON more than {} levels deep", kMaxDepth);
+  }
+  bool start_object(std::size_t) override { return check_depth(), open.push_back(put(Json::object())), true; }
+  bool start_array(std::size_t) override { return check_depth(), open.push_back(put(Json::array())), true; }
   bool end_object() override { return open.pop_back(), true; }
   bool end_array() override { return open.pop_back(), true; }
 
@@ -339,7 +352,7 @@ Header read_header(const char* op, const std::string& path, const FileBytes& fil
     if (key == kMetadataKey) {
       if (!value.is_object()) fail(op, path, "__metadata__ is {}, not an object of strings", value.type_name());
       for (const auto& [mk, mv] : value.items()) {
-        if (!mv.is_string()) fail(op, path, "__metadata__ '{}' is {}, not a string", mk, mv.dump());
+        if (!mv.is_string()) fail(op, path, "__metadata__ '{}' is {}, not a string", mk, brief(mv));
         h.metadata.emplace(mk, mv.get<std::string>());
       }
       continue;

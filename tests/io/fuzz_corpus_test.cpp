@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 
+#include "kiln/io/checkpoint.h"
 #include "kiln/io/safetensors.h"
 #include "tests/support/test_util.h"
 
@@ -34,7 +35,7 @@ const std::map<std::string, std::string> kRefusals = {
     {"bad_overlap", "tensor 'b': bytes [2, 4) overlap tensor 'a'"},
     {"bad_gap", "tensor 'a': bytes [0, 2) of the data buffer before it belong to no tensor"},
     {"bad_beyond_end", "tensor 'a': data_offsets [0, 16]: end is beyond the data buffer of 8 bytes"},
-    {"bad_shape_overflow", "tensor 'a': shape [4294967296,4294967296] overflows"},
+    {"bad_shape_overflow", "tensor 'a': shape [4294967296, 4294967296] overflows"},
     {"bad_negative", "tensor 'a': shape[0] is -1, not a non-negative integer"},
     {"bad_duplicate", "tensor 'a': duplicate name in the header"},
     {"bad_metadata_value", "__metadata__ 'epoch' is 3, not a string"},
@@ -85,12 +86,44 @@ TEST(FuzzCorpus, SeedsHoldWhatTheGeneratorSays) {
   EXPECT_KILN_ERROR(load_safetensors((dir / "bad_overlap.safetensors").string()), "overlap tensor 'a'");
 }
 
-// Reproducers of fuzzing findings (tests/fuzz/crashes/README.md). DISABLED_
-// while they are open: today the deep_nesting_* files overflow the stack (a
-// crash, not an error), and empty_tensor_stride_overflow is undefined
-// behaviour in Tensor::empty (seen under tools/test --asan). Enable it with
-// the fixes.
-TEST(FuzzCrashes, DISABLED_ReproducersAreRefusedWithAnError) {
+/// The two seeds io::Checkpoint writes (a full checkpoint and a model-only
+/// one), so that the fuzzer starts from kiln's real metadata. Rewritten by
+/// KILN_REGENERATE_GOLDENS=1 when the format changes.
+void write_checkpoint_seeds(const fs::path& dir) {
+  Rngs rngs{{"params", 0}, {"dropout", 1}};
+  nn::Sequential net(nn::Linear(2, 2, rngs), nn::Dropout(0.5, nn::Init(rngs)));
+  optim::Adam opt(net.parameters(), {.lr = 0.1});
+  sum(net.forward(ones({1, 2}))).backward();
+  opt.step();
+  optim::ReduceOnPlateauScheduler sched({.lr = 0.1});  // best = inf: a non-finite value in the metadata
+  Progress progress{1, 5, 2};
+  data::Sampler order(6, true, 3);
+  order.next(2);
+  Checkpoint ckpt;
+  ckpt.model(net).optimizer(opt).scheduler(sched).rngs(rngs).progress(progress).state("data", order);
+  ckpt.config(R"({"width": 2})").save((dir / "checkpoint_full.safetensors").string());
+  Checkpoint().model(net).save((dir / "checkpoint_model_only.safetensors").string());
+}
+
+TEST(FuzzCorpus, KilnCheckpointSeedsAreCurrent) {
+  fs::path corpus = fs::path(KILN_GOLDEN_DIR) / ".." / "fuzz" / "corpus" / "safetensors";
+  if (std::getenv("KILN_REGENERATE_GOLDENS")) write_checkpoint_seeds(corpus);
+  fs::path fresh = fs::path(::testing::TempDir()) / "kiln_checkpoint_seeds";
+  fs::create_directories(fresh);
+  write_checkpoint_seeds(fresh);
+  for (const char* name : {"checkpoint_full.safetensors", "checkpoint_model_only.safetensors"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(testing::read_bytes((fresh / name).string()), testing::read_bytes((corpus / name).string()))
+        << "the checkpoint format changed: rerun with KILN_REGENERATE_GOLDENS=1";
+    EXPECT_EQ(read_checkpoint_info((corpus / name).string()).format_version, 1);
+  }
+}
+
+// Reproducers of fuzzing findings (tests/fuzz/crashes/README.md), fixed in
+// src/io/safetensors.cpp: the deep_nesting_* files overflowed the stack (a
+// crash, not an error), and empty_tensor_stride_overflow was undefined
+// behaviour in Tensor::empty's strides.
+TEST(FuzzCrashes, ReproducersAreRefusedWithAnError) {
   fs::path dir = fs::path(KILN_GOLDEN_DIR) / ".." / "fuzz" / "crashes";
   int n = 0;
   for (const auto& e : fs::directory_iterator(dir)) {

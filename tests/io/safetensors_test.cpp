@@ -21,16 +21,6 @@ namespace {
 using namespace testing;
 namespace fs = std::filesystem;
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), std::streamsize(bytes.size()));
-}
-
 std::string u64_le(uint64_t n) {
   std::string s(8, '\0');
   for (int i = 0; i < 8; ++i) s[size_t(i)] = char(uint8_t(n >> (8 * i)));
@@ -307,7 +297,7 @@ TEST_F(Safetensors, RejectsNegativeOrNonIntegerShape) {
 
 TEST_F(Safetensors, RejectsOverflowingShape) {
   expect_load_error(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
-                    std::string(8, '\0'), "tensor 'a': shape [4294967296,4294967296] overflows the element count");
+                    std::string(8, '\0'), "tensor 'a': shape [4294967296, 4294967296] overflows the element count");
   expect_load_error(R"({"a":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,8]}})",
                     std::string(8, '\0'), "tensor 'a': shape [2305843009213693952] overflows the byte count");
 }
@@ -317,9 +307,9 @@ TEST_F(Safetensors, RejectsDataOffsetsThatAreNotTwoIntegers) {
   const std::string want = "tensor 'a': \"data_offsets\" must be two non-negative integers [begin, end], got ";
   expect_load_error(R"({"a":{"dtype":"F32","shape":[2]}})", data, want + "nothing");
   expect_load_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8]}})", data, want + "[8]");
-  expect_load_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8,8]}})", data, want + "[0,8,8]");
-  expect_load_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,"8"]}})", data, want + "[0,\"8\"]");
-  expect_load_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})", data, want + "[-8,0]");
+  expect_load_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8,8]}})", data, want + "[0, 8, 8]");
+  expect_load_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,"8"]}})", data, want + "[0, \"8\"]");
+  expect_load_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})", data, want + "[-8, 0]");
   expect_load_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":{"begin":0}}})", data, want);
 }
 
@@ -493,6 +483,33 @@ TEST_F(Safetensors, SaveIntoReadOnlyFolderThrowsAndKeepsTheFile) {
   fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add);
   expect_same(load_safetensors(path("m.safetensors")), {{"w", ones({2})}});
   EXPECT_EQ(files(), std::vector<std::string>{"m.safetensors"});
+}
+
+}  // namespace
+}  // namespace kiln::io
+
+namespace kiln::io {
+namespace {
+
+// The fuzzing findings (tests/fuzz/crashes/README.md), each now an error.
+TEST_F(Safetensors, RejectsDeeplyNestedJsonWithoutRecursing) {
+  std::string nest = std::string(100000, '[') + std::string(100000, ']');
+  expect_load_error(R"({"__metadata__":{"a":)" + nest + "}}", "", "header nests JSON more than 8 levels deep");
+  expect_load_error(R"({"a":{"dtype":"F32","shape":[)" + nest + R"(],"data_offsets":[0,0]}})", "",
+                    "header nests JSON more than 8 levels deep");
+}
+
+TEST_F(Safetensors, RejectsEmptyTensorsWhoseStridesWouldOverflow) {
+  expect_load_error(R"({"w":{"dtype":"F32","shape":[2,0,4611686018427387904,4611686018427387904],"data_offsets":[0,0]}})",
+                    "", "tensor 'w': shape [2, 0, 4611686018427387904] overflows the element count");
+}
+
+TEST_F(Safetensors, MessagesQuoteLongValuesShortly) {
+  std::string long_value(1000, 'x');
+  expect_load_error(R"({"__metadata__":{"a":[")" + long_value + R"("]}})", "",
+                    "__metadata__ 'a' is [\"" + std::string(60, 'x') + "\"...], not a string");
+  expect_load_error(R"({"a":{"dtype":"F32","shape":[")" + long_value + R"("],"data_offsets":[0,0]}})", "",
+                    "tensor 'a': shape[0] is \"" + std::string(60, 'x') + "\"..., not a non-negative integer");
 }
 
 }  // namespace
