@@ -17,22 +17,14 @@
 namespace kiln::io {
 namespace {
 using testing::equal;
+using testing::read_bytes;
+using testing::write_bytes;
 namespace fs = std::filesystem;
 
 std::string temp_path(const std::string& name) {
   std::string dir = ::testing::TempDir() + "kiln_checkpoint_test";
   fs::create_directories(dir);
   return dir + "/" + name;
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
 struct Net : nn::Module {

@@ -192,11 +192,6 @@ nn::StateDict kiln_written() {
 const std::map<std::string, std::string> kKilnWrittenMetadata = {{"format", "pt"},
                                                                  {"writer", "kiln tests/io/interop_test.cpp"}};
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 /// A tensor as golden JSON ({"shape", "dtype", "data"}; NaN and infinities as
 /// strings), exact: every kiln float is an exact double, and nlohmann prints
 /// doubles so that they read back to the same bits.

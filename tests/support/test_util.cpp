@@ -69,6 +69,16 @@ Tensor golden_tensor(const nlohmann::json& j) {
   return all_close(a, b, 0.0, 0.0);
 }
 
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
 Tensor noncontiguous(const Tensor& x) {
   if (x.dim() == 0) return x;
   // Store with the last dim outermost, then view back: same values, strides permuted.

@@ -27,6 +27,10 @@ Tensor golden_tensor(const nlohmann::json& j);
 /// Exact equality of shape, dtype and values.
 ::testing::AssertionResult equal(const Tensor& a, const Tensor& b);
 
+/// A whole file's bytes ("" when it cannot be read), and writing them back.
+std::string read_bytes(const std::string& path);
+void write_bytes(const std::string& path, const std::string& bytes);
+
 /// The same values in a non-contiguous layout (a transposed copy viewed back).
 Tensor noncontiguous(const Tensor& x);
 /// Random f64 leaf with requires_grad for gradchecks, values in [lo, hi).
