@@ -21,7 +21,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -129,6 +128,7 @@ void CheckpointManager::open_folder() {
                  dir_, monitor, mode, options_.monitor, mode_name(options_.mode));
       std::set<int64_t> seen;
       for (const auto& c : j.at("checkpoints")) {
+        if (!c.at("step").is_number_integer()) throw std::runtime_error("a step is not an integer: " + c.dump());
         int64_t step = c.at("step").get<int64_t>();
         if (step < 0 || !seen.insert(step).second)
           throw std::runtime_error(fmt::format("step {} is negative or listed twice", step));
@@ -138,6 +138,7 @@ void CheckpointManager::open_folder() {
       if (!b.is_null()) {
         std::optional<double> m = metric_from_json(b.at("metric"));
         if (!m || std::isnan(*m)) throw std::runtime_error("the best metric is not a number");
+        if (!b.at("step").is_number_integer()) throw std::runtime_error("the best step is not an integer");
         best_ = Best{b.at("step").get<int64_t>(), *m};
       }
     } catch (const Error&) {
