@@ -197,7 +197,7 @@ void CheckpointManager::open_folder() {
     if (recorded.count(step)) continue;
     try {
       read_checkpoint_info(path_of(step));
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       problems_.push_back(fmt::format("{} is not in {} and is broken: skipped ({})", file_name(step), kIndexName,
                                       e.what()));
       continue;
