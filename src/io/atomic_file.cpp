@@ -81,7 +81,9 @@ bool parse_temporary_name(const std::string& file_name, const std::string& targe
   std::string_view rest = std::string_view(file_name).substr(head.size());
   size_t dash = rest.find('-');
   if (dash == 0 || dash == std::string_view::npos || dash + 1 == rest.size()) return false;
-  auto digits = [](std::string_view s) { return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }); };
+  auto digits = [](std::string_view s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
   std::string_view p = rest.substr(0, dash), n = rest.substr(dash + 1);
   if (!digits(p) || !digits(n) || p.size() > 18) return false;
   pid = std::stol(std::string(p));

@@ -97,8 +97,7 @@ CheckpointManager::CheckpointManager(std::string dir, CheckpointManagerOptions o
   fs::create_directories(dir_, ec);
   KILN_CHECK(!ec, op, "folder '{}': cannot create it: {}", dir_, ec.message());
   // Checked now rather than at the first save, an epoch of training later.
-  KILN_CHECK(::access(dir_.c_str(), W_OK | X_OK) == 0, op, "folder '{}' is not writable: {}", dir_,
-             errno_text(errno));
+  KILN_CHECK(::access(dir_.c_str(), W_OK | X_OK) == 0, op, "folder '{}' is not writable: {}", dir_, errno_text(errno));
   open_folder();
 }
 
@@ -198,14 +197,15 @@ void CheckpointManager::open_folder() {
     try {
       read_checkpoint_info(path_of(step));
     } catch (const std::exception& e) {
-      problems_.push_back(fmt::format("{} is not in {} and is broken: skipped ({})", file_name(step), kIndexName,
-                                      e.what()));
+      problems_.push_back(
+          fmt::format("{} is not in {} and is broken: skipped ({})", file_name(step), kIndexName, e.what()));
       continue;
     }
     saved_.push_back({step, std::nullopt});
-    problems_.push_back(fmt::format("{} is not in {} (a save interrupted before the record was written?): adopted "
-                                    "as the newest checkpoint, without a metric",
-                                    file_name(step), kIndexName));
+    problems_.push_back(
+        fmt::format("{} is not in {} (a save interrupted before the record was written?): adopted "
+                    "as the newest checkpoint, without a metric",
+                    file_name(step), kIndexName));
   }
 }
 

@@ -108,8 +108,8 @@ TEST(CheckpointManager, TheBestIsKeptWhenOlderAndDeletedWithoutKeepBest) {
     if (keep_best) {
       EXPECT_EQ(steps_of(m), (std::vector<int64_t>{2, 4, 5}));
       EXPECT_EQ(m.best(), dir + "/step-2.safetensors");
-      EXPECT_EQ(files_in(dir), (std::set<std::string>{"checkpoints.json", "step-2.safetensors",
-                                                      "step-4.safetensors", "step-5.safetensors"}));
+      EXPECT_EQ(files_in(dir), (std::set<std::string>{"checkpoints.json", "step-2.safetensors", "step-4.safetensors",
+                                                      "step-5.safetensors"}));
     } else {
       EXPECT_EQ(steps_of(m), (std::vector<int64_t>{4, 5}));
       EXPECT_EQ(m.best(), std::nullopt);
@@ -231,8 +231,8 @@ TEST(CheckpointManager, ANewManagerOnTheFolderFindsLatestAndBestAndGoesOn) {
   Trainee run;
   run.save(m, 400, 0.3);
   EXPECT_EQ(steps_of(m), (std::vector<int64_t>{100, 300, 400}));
-  EXPECT_EQ(files_in(dir), (std::set<std::string>{"checkpoints.json", "step-100.safetensors",
-                                                  "step-300.safetensors", "step-400.safetensors"}));
+  EXPECT_EQ(files_in(dir), (std::set<std::string>{"checkpoints.json", "step-100.safetensors", "step-300.safetensors",
+                                                  "step-400.safetensors"}));
 
   // Another metric or mode on the same folder is a mistake, not a fresh start.
   EXPECT_KILN_ERROR(CheckpointManager(dir, {.monitor = "val/accuracy"}),
@@ -380,8 +380,7 @@ TEST(CheckpointManager, TemporariesOfKilledSavesAreRemoved) {
   const std::string stale_ckpt = ".step-2.safetensors.tmp-" + dead + "-0",
                     stale_index = ".checkpoints.json.tmp-" + dead + "-7",
                     live = ".step-3.safetensors.tmp-" + alive + "-0";  // a save in progress
-  for (const std::string& name : {stale_ckpt, stale_index, live, std::string("notes.txt"),
-                                  ".other.tmp-" + dead + "-0"})
+  for (const std::string& name : {stale_ckpt, stale_index, live, std::string("notes.txt"), ".other.tmp-" + dead + "-0"})
     write_text(dir + "/" + name, "partial");
   CheckpointManager m(dir);
   EXPECT_EQ(files_in(dir), (std::set<std::string>{"checkpoints.json", "step-1.safetensors", live, "notes.txt",
@@ -472,10 +471,10 @@ TEST(CheckpointManager, KilledAtRandomMomentsLosesNothing) {
 
     CheckpointManager m(dir, options);
     for (const std::string& p : m.problems()) {
-      const char* kind = p.find("adopted") != std::string::npos              ? "adopted"
-                         : p.find("dropped") != std::string::npos            ? "dropped"
+      const char* kind = p.find("adopted") != std::string::npos                      ? "adopted"
+                         : p.find("dropped") != std::string::npos                    ? "dropped"
                          : p.find("temporary of a killed save") != std::string::npos ? "temporary"
-                                                                                       : nullptr;
+                                                                                     : nullptr;
       ASSERT_NE(kind, nullptr) << "round " << round << ": " << p;  // never broken, never unreadable
       ++recoveries[kind];
     }

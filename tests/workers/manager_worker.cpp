@@ -7,12 +7,13 @@
 // checkpoint, writes "ready\n" to stdout, then saves step after step (every
 // weight equal to the step, metric manager_metric(step)) until it is killed.
 // It stops by itself after 20 s, should nobody kill it.
+#include "tests/workers/manager_worker.h"
+
 #include <chrono>
 #include <cstdio>
 #include <string>
 
 #include "kiln/kiln.h"
-#include "tests/workers/manager_worker.h"
 
 using namespace kiln;
 

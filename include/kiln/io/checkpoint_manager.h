@@ -42,7 +42,7 @@ class CheckpointManager {
   /// One checkpoint of the folder.
   struct Entry {
     int64_t step = 0;
-    std::string path;             // <dir>/step-<step>.safetensors
+    std::string path;              // <dir>/step-<step>.safetensors
     std::optional<double> metric;  // none when save() was given none (or the file was adopted)
   };
 
