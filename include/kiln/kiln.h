@@ -56,5 +56,6 @@
 #include "kiln/optim/schedulers.h"
 #include "kiln/optim/sgd.h"
 #include "kiln/io/checkpoint.h"
+#include "kiln/io/checkpoint_manager.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/data/sampler.h"
