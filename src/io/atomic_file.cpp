@@ -33,45 +33,61 @@ int write_all(int fd, const char* p, size_t n) {
 
 }  // namespace
 
-void atomic_write(const char* op, const std::string& path, std::string_view bytes) {
-  std::filesystem::path target(path);
-  std::string dir = target.parent_path().empty() ? std::string(".") : target.parent_path().string();
-  auto fail = [&](const std::string& message) { throw Error(op, path + ": " + message); };
-
-  // A fresh name per call (O_EXCL): two writers never share a temporary, and a
-  // stale one left by a killed process is skipped, not reused.
+AtomicFile::AtomicFile(const char* op, std::string path) : op_(op), path_(std::move(path)) {
+  std::filesystem::path target(path_);
+  dir_ = target.parent_path().empty() ? std::string(".") : target.parent_path().string();
+  // A fresh name per file (O_EXCL): two writers never share a temporary, and
+  // a stale one left by a killed process is skipped, not reused. Beside the
+  // target, so the rename stays within one file system (atomic).
   static std::atomic<uint64_t> counter{0};
-  std::string tmp;
-  int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {
-    tmp = (std::filesystem::path(dir) /
-           fmt::format(".{}.tmp-{}-{}", target.filename().string(), ::getpid(), counter.fetch_add(1)))
-              .string();
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && !(errno == EEXIST && attempt < 100))
-      fail(fmt::format("cannot create a temporary file in folder '{}': {}", dir, errno_text(errno)));
+  for (int attempt = 0; fd_ < 0; ++attempt) {
+    tmp_ = (std::filesystem::path(dir_) /
+            fmt::format(".{}.tmp-{}-{}", target.filename().string(), ::getpid(), counter.fetch_add(1)))
+               .string();
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd_ < 0 && !(errno == EEXIST && attempt < 100)) {
+      int err = errno;
+      done_ = true;  // nothing of ours to remove
+      fail(fmt::format("cannot create a temporary file in folder '{}': {}", dir_, errno_text(err)));
+    }
   }
-  // Every failure below removes the temporary; the target is untouched until the rename.
-  auto fail_tmp = [&](const char* what, int err) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    fail(fmt::format("{} temporary file '{}' failed: {}", what, tmp, errno_text(err)));
-  };
-  if (int err = write_all(fd, bytes.data(), bytes.size())) fail_tmp("writing", err);
-  if (::fsync(fd) != 0) fail_tmp("fsync of", errno);
-  int closed = ::close(fd);
-  fd = -1;
-  if (closed != 0) fail_tmp("closing", errno);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    fail(fmt::format("cannot rename temporary file '{}' over it: {}", tmp, errno_text(err)));
-  }
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!done_) ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::fail(const std::string& message) const { throw Error(op_, path_ + ": " + message); }
+
+void AtomicFile::fail_temporary(const char* what, int err) const {
+  fail(fmt::format("{} temporary file '{}' failed: {}", what, tmp_, errno_text(err)));
+}
+
+void AtomicFile::write(const void* data, size_t n) {
+  if (int err = write_all(fd_, static_cast<const char*>(data), n)) fail_temporary("writing", err);
+}
+
+void AtomicFile::commit(const std::function<void(const std::string&)>& before_rename) {
+  if (::fsync(fd_) != 0) fail_temporary("fsync of", errno);
+  int closed = ::close(fd_);
+  fd_ = -1;
+  if (closed != 0) fail_temporary("closing", errno);  // a failed close can mean lost writes
+  if (before_rename) before_rename(tmp_);
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0)
+    fail(fmt::format("cannot rename temporary file '{}' over it: {}", tmp_, errno_text(errno)));
+  done_ = true;
   // The rename is durable only once the folder's entry is on disk.
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int err = dfd < 0 ? errno : (::fsync(dfd) != 0 ? errno : 0);
   if (dfd >= 0) ::close(dfd);
-  if (err != 0) fail(fmt::format("written, but syncing folder '{}' failed: {}", dir, errno_text(err)));
+  if (err != 0) fail(fmt::format("written, but syncing folder '{}' failed: {}", dir_, errno_text(err)));
+}
+
+void atomic_write(const char* op, const std::string& path, std::string_view bytes) {
+  AtomicFile file(op, path);
+  file.write(bytes.data(), bytes.size());
+  file.commit();
 }
 
 bool parse_temporary_name(const std::string& file_name, const std::string& target_name, long& pid) {

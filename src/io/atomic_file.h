@@ -1,12 +1,40 @@
-// Atomic replacement of a small file (the checkpoint manager's index): the same
-// recipe as save_safetensors (docs/io.md, "Atomic saves"), for bytes already in
-// memory. Internal to src/io: not installed, not in kiln.h.
+// Atomic replacement of a file (docs/io.md, "Atomic saves"): what
+// save_safetensors and the checkpoint manager's record are written with.
+// Internal to src/io: not installed, not in kiln.h.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 
 namespace kiln::io::detail {
+
+/// A new version of `path`, written to a temporary ".<name>.tmp-<pid>-<n>"
+/// beside it (O_EXCL) and put in place by commit(): fsync, close, rename over
+/// `path`, fsync of the folder. A crash at any moment leaves the old file or
+/// the new one. Destroyed without commit() (an error), the temporary is
+/// removed. Failures throw "[op] path: ..." with the errno text.
+class AtomicFile {
+ public:
+  AtomicFile(const char* op, std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t n);
+  /// `before_rename` (a test seam) runs with the temporary's path once it is
+  /// written, fsynced and closed; if it throws, the save is abandoned.
+  void commit(const std::function<void(const std::string&)>& before_rename = {});
+
+ private:
+  [[noreturn]] void fail(const std::string& message) const;
+  [[noreturn]] void fail_temporary(const char* what, int err) const;
+
+  const char* op_;
+  std::string path_, dir_, tmp_;
+  int fd_ = -1;
+  bool done_ = false;  // renamed: nothing to clean up
+};
 
 /// Writes `bytes` to `path` so that a crash at any moment leaves the old file
 /// or the new one: a temporary ".<name>.tmp-<pid>-<n>" beside it (O_EXCL),

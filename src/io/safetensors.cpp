@@ -16,12 +16,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <system_error>
@@ -29,6 +27,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "src/io/atomic_file.h"
 #include "src/io/json_brief.h"
 #include "src/io/safetensors_internal.h"
 
@@ -49,6 +48,7 @@ using Json = nlohmann::json;
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 constexpr const char* kMetadataKey = "__metadata__";
 
+using detail::AtomicFile;
 using detail::Entry;
 using detail::FileBytes;
 using detail::FileDType;
@@ -109,29 +109,13 @@ float half_to_float(uint16_t h) {
 /// Owns a file descriptor: closed on every path out, so errors never leak one.
 class Fd {
  public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  int get() const { return fd_; }
-  void reset() {
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
     if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
   }
-  /// Closes and reports close()'s errno (0 on success): a failed close can mean
-  /// lost writes on some file systems.
-  int close_checked() {
-    int err = 0;
-    if (fd_ >= 0 && ::close(fd_) != 0) err = errno;
-    fd_ = -1;
-    return err;
-  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
 
  private:
   int fd_;
@@ -434,30 +418,6 @@ std::function<void(const std::string&)>& save_hook() {
   return hook;
 }
 
-/// Writes all n bytes (retrying short writes and EINTR); returns errno or 0.
-int write_all(int fd, const void* src, size_t n) {
-  const auto* p = static_cast<const char*>(src);
-  while (n > 0) {
-    ssize_t put = ::write(fd, p, std::min<size_t>(n, size_t(1) << 30));
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    p += put;
-    n -= size_t(put);
-  }
-  return 0;
-}
-
-/// Removes the temporary file unless the save got as far as renaming it.
-struct TempFile {
-  std::string path;
-  bool renamed = false;
-  ~TempFile() {
-    if (!path.empty() && !renamed) ::unlink(path.c_str());
-  }
-};
-
 }  // namespace
 
 namespace detail {
@@ -500,46 +460,15 @@ void save_safetensors(const std::string& path, const nn::StateDict& tensors,
   uint8_t len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
 
-  // A unique temporary beside the target, so rename() is atomic (same file system).
-  std::filesystem::path target(path);
-  std::string dir = target.parent_path().empty() ? std::string(".") : target.parent_path().string();
-  static std::atomic<uint64_t> counter{0};
-  TempFile tmp;
-  Fd fd;
-  for (int attempt = 0; fd.get() < 0; ++attempt) {
-    tmp.path = (std::filesystem::path(dir) /
-                fmt::format(".{}.tmp-{}-{}", target.filename().string(), ::getpid(), counter.fetch_add(1)))
-                   .string();
-    fd = Fd(::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
-    if (fd.get() < 0) {
-      int err = errno;
-      if (err == EEXIST && attempt < 100) continue;  // a stale temporary of an earlier crash
-      tmp.path.clear();                              // nothing of ours to remove
-      fail(op, path, "cannot create a temporary file in folder '{}': {}", dir, errno_text(err));
-    }
-  }
-
-  auto check = [&](int err, const char* what) {
-    if (err != 0) fail(op, path, "{} temporary file '{}' failed: {}", what, tmp.path, errno_text(err));
-  };
-  check(write_all(fd.get(), len_bytes, 8), "writing");
-  check(write_all(fd.get(), text.data(), text.size()), "writing");
+  AtomicFile file(op, path);
+  file.write(len_bytes, 8);
+  file.write(text.data(), text.size());
   for (const auto& [name, t] : tensors) {
     if (t.numel() == 0) continue;
     Tensor c = t.contiguous();  // one tensor at a time: the extra memory is at most the largest tensor
-    check(write_all(fd.get(), c.data_ptr(), size_t(c.nbytes())), "writing");
+    file.write(c.data_ptr(), size_t(c.nbytes()));
   }
-  check(::fsync(fd.get()) == 0 ? 0 : errno, "fsync of");
-  check(fd.close_checked(), "closing");
-  if (save_hook()) save_hook()(tmp.path);
-
-  if (::rename(tmp.path.c_str(), path.c_str()) != 0)
-    fail(op, path, "cannot rename temporary file '{}' over it: {}", tmp.path, errno_text(errno));
-  tmp.renamed = true;
-  // The rename is durable only once the folder's entry is on disk.
-  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dfd.get() < 0 || ::fsync(dfd.get()) != 0)
-    fail(op, path, "written, but syncing folder '{}' failed: {}", dir, errno_text(errno));
+  file.commit(save_hook());
 }
 
 nn::StateDict load_safetensors(const std::string& path) {
