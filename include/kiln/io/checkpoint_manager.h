@@ -1,6 +1,6 @@
 // CheckpointManager: a folder of rotating checkpoints (Keras' ModelCheckpoint,
 // orbax's CheckpointManager): keeps the newest few, and the best by a
-// monitored metric, and finds them again in a new process. docs/checkpoint_manager.md.
+// monitored metric, and finds them again in a new process. docs/checkpoints.md, "CheckpointManager".
 //
 //   io::CheckpointManager manager("runs/mnist", {.keep_last = 3, .monitor = "val/loss"});
 //   manager.restore_latest(ckpt);                  // --resume: false when the folder is empty
