@@ -220,8 +220,12 @@ void Checkpoint::save(const std::string& path) const {
     meta.progress = *p.progress;
   }
   meta.config = p.config;
-  // state_dict() gives contiguous snapshots: their bytes are the file's bytes.
-  for (const auto& [key, value] : tensors) meta.crc32c[key] = crc32c(value.data_ptr(), size_t(value.nbytes()));
+  // The checksum of the bytes the file will hold: the row-major values
+  // (snapshots are contiguous already; contiguous() then copies nothing).
+  for (const auto& [key, value] : tensors) {
+    Tensor c = value.contiguous();
+    meta.crc32c[key] = crc32c(c.data_ptr(), size_t(c.nbytes()));
+  }
   save_safetensors(path, tensors, detail::to_metadata(meta));
 }
 
