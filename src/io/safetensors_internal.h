@@ -76,7 +76,7 @@ Tensor read_tensor(const char* op, const std::string& path, const FileBytes& fil
 /// Entry `e`'s values without a copy where the file's bytes can serve as the
 /// tensor's memory (aligned to the element size; not F16 or BOOL, which need
 /// converting or checking): a tensor whose storage keeps `file` alive. Else
-/// read_tensor's copy. Writes to it change private pages, never the file.
+/// read_tensor's copy. Read it only: a mapped file's pages are read-only.
 Tensor alias_tensor(const char* op, const std::string& path, const std::shared_ptr<const FileBytes>& file,
                     const Header& h, const Entry& e);
 
