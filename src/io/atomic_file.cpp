@@ -13,9 +13,9 @@
 #include "kiln/core/error.h"
 
 namespace kiln::io::detail {
-namespace {
-
 std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+namespace {
 
 /// Writes all n bytes (retrying short writes and EINTR); returns errno or 0.
 int write_all(int fd, const char* p, size_t n) {

@@ -9,6 +9,9 @@
 
 namespace kiln::io::detail {
 
+/// strerror's text for an errno value, for error messages.
+std::string errno_text(int err);
+
 /// A new version of `path`, written to a temporary ".<name>.tmp-<pid>-<n>"
 /// beside it (O_EXCL) and put in place by commit(): fsync, close, rename over
 /// `path`, fsync of the folder. A crash at any moment leaves the old file or

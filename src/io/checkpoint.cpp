@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cmath>
 #include <set>
 
 #include "kiln/core/error.h"
@@ -96,9 +95,7 @@ uint64_t state_u64(const State& state, const std::string& key, const char* op) {
 
 double state_f64(const State& state, const std::string& key, const char* op) {
   const std::string& text = state_text(state, key, op);
-  if (text == "inf" || text == "-inf" || text == "nan")  // how fmt prints them; from_chars reads them too
-    return text == "nan" ? NAN : (text == "inf" ? INFINITY : -INFINITY);
-  double v;
+  double v;  // from_chars also reads "inf", "-inf" and "nan", as fmt prints them
   KILN_CHECK(parse_all(text, v), op, "state '{}' is '{}', not a number", key, text);
   return v;
 }

@@ -3,13 +3,13 @@
 // that is wrong, before any object is touched.
 #include "src/io/checkpoint_format.h"
 
-#include <cmath>
 #include <cstdlib>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
 #include "src/io/crc32c.h"
-#include "src/io/json_brief.h"
+#include "src/io/json_util.h"
 
 namespace kiln::io::detail {
 namespace {
@@ -26,13 +26,6 @@ constexpr const char* kRngs = "kiln.rngs";
 constexpr const char* kGenerators = "kiln.generators";
 constexpr const char* kStates = "kiln.states";
 constexpr const char* kCrc = "kiln.crc32c";
-
-/// JSON has no inf or nan: those doubles are written as the strings "inf",
-/// "-inf", "nan" (ReduceOnPlateau starts from best = inf).
-Json from_double(double v) {
-  if (std::isfinite(v)) return v;
-  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
-}
 
 /// Errors name the file and the metadata key: "[op] path: metadata 'kiln.rngs': ...".
 struct Reader {
@@ -64,14 +57,9 @@ struct Reader {
     return int64_t(v);
   }
   double f64(const Json& j, const std::string& what) const {
-    if (j.is_number()) return j.get<double>();
-    if (j.is_string()) {
-      const std::string& s = j.get_ref<const std::string&>();
-      if (s == "inf") return INFINITY;
-      if (s == "-inf") return -INFINITY;
-      if (s == "nan") return NAN;
-    }
-    fail("{} is {}, expected a number (or \"inf\", \"-inf\", \"nan\")", what, brief(j));
+    std::optional<double> v = double_from_json(j);
+    if (!v) fail("{} is {}, expected a number (or \"inf\", \"-inf\", \"nan\")", what, brief(j));
+    return *v;
   }
   const Json& field(const Json& j, const char* name, const std::string& what) const {
     auto it = j.find(name);
@@ -97,7 +85,7 @@ std::map<std::string, std::string> to_metadata(const CheckpointMeta& meta) {
   Json schedulers = Json::object();
   for (const auto& [name, state] : meta.schedulers) {
     Json s = Json::object();
-    for (const auto& [k, v] : state) s[k] = from_double(v);
+    for (const auto& [k, v] : state) s[k] = double_to_json(v);
     schedulers[name] = std::move(s);
   }
   out[kSchedulers] = schedulers.dump();
@@ -218,14 +206,13 @@ CheckpointMeta parse_metadata(const char* op, const std::string& path, const Hea
         r.fail("tensor '{}': checksum {} is not 8 hex digits", name, brief(c));
       meta.crc32c[name] = uint32_t(v);
     }
-    for (const Entry& e : header.entries)
+    std::set<std::string> names;
+    for (const Entry& e : header.entries) {
       if (!meta.crc32c.count(e.name)) r.fail("tensor '{}' has no checksum", e.name);
-    if (meta.crc32c.size() != header.entries.size())
-      for (const auto& [name, c] : meta.crc32c) {
-        bool found = false;
-        for (const Entry& e : header.entries) found = found || e.name == name;
-        if (!found) r.fail("checksum for tensor '{}', which the file does not have", name);
-      }
+      names.insert(e.name);
+    }
+    for (const auto& [name, c] : meta.crc32c)
+      if (!names.count(name)) r.fail("checksum for tensor '{}', which the file does not have", name);
   }
   return meta;
 }

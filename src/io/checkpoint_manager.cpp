@@ -28,10 +28,12 @@
 
 #include "kiln/core/error.h"
 #include "src/io/atomic_file.h"
+#include "src/io/json_util.h"
 
 namespace kiln::io {
 namespace fs = std::filesystem;
 namespace {
+using detail::errno_text;
 
 constexpr const char* kFormat = "kiln.CheckpointManager";
 constexpr int64_t kVersion = 1;
@@ -40,25 +42,13 @@ constexpr const char* kSuffix = ".safetensors";
 
 const char* mode_name(MetricMode m) { return m == MetricMode::min ? "min" : "max"; }
 
-/// JSON has no NaN or infinity: those are written as the strings "nan", "inf", "-inf".
-nlohmann::json metric_to_json(std::optional<double> m) {
-  if (!m) return nullptr;
-  if (std::isnan(*m)) return "nan";
-  if (std::isinf(*m)) return *m > 0 ? "inf" : "-inf";
-  return *m;
-}
+nlohmann::json metric_to_json(std::optional<double> m) { return m ? detail::double_to_json(*m) : nullptr; }
 
 /// The inverse of metric_to_json; throws std::runtime_error on anything else.
 std::optional<double> metric_from_json(const nlohmann::json& j) {
   if (j.is_null()) return std::nullopt;
-  if (j.is_number()) return j.get<double>();
-  if (j.is_string()) {
-    const std::string& s = j.get_ref<const std::string&>();
-    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
-    if (s == "inf") return std::numeric_limits<double>::infinity();
-    if (s == "-inf") return -std::numeric_limits<double>::infinity();
-  }
-  throw std::runtime_error("metric " + j.dump() + " is not a number, null, \"nan\", \"inf\" or \"-inf\"");
+  if (std::optional<double> v = detail::double_from_json(j)) return v;
+  throw std::runtime_error("metric " + detail::brief(j) + " is not a number, null, \"nan\", \"inf\" or \"-inf\"");
 }
 
 /// The step of "step-<step>.safetensors" (canonical decimal), else none.
@@ -74,8 +64,6 @@ std::optional<int64_t> step_of(const std::string& name) {
   if (ec != std::errc() || ptr != end || step < 0 || CheckpointManager::file_name(step) != name) return std::nullopt;
   return step;
 }
-
-std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
 
 }  // namespace
 

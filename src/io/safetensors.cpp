@@ -28,7 +28,7 @@
 
 #include "kiln/core/error.h"
 #include "src/io/atomic_file.h"
-#include "src/io/json_brief.h"
+#include "src/io/json_util.h"
 #include "src/io/safetensors_internal.h"
 
 static_assert(std::endian::native == std::endian::little,
@@ -86,7 +86,7 @@ const char* file_dtype_name(DType t) {
   return "?";
 }
 
-std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+using detail::errno_text;
 
 /// IEEE binary16 bits -> float (exact: every half is a float).
 float half_to_float(uint16_t h) {

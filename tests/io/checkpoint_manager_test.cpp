@@ -51,11 +51,6 @@ std::vector<int64_t> steps_of(const CheckpointManager& m) {
   return out;
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-}
-
 /// A tiny model whose every weight is one value, so a file's content is
 /// recognisable; the checkpoint holds it and the progress.
 struct Trainee {
@@ -330,7 +325,7 @@ TEST(CheckpointManager, ABrokenCheckpointFileIsSkippedAndReported) {
     f.seekp(-1, std::ios::end);
     f.put(char(c ^ 0x40));
   }
-  write_text(dir + "/step-7.safetensors", "not a checkpoint");
+  testing::write_bytes(dir + "/step-7.safetensors", "not a checkpoint");
   CheckpointManager m(dir);
   EXPECT_EQ(steps_of(m), (std::vector<int64_t>{1}));
   EXPECT_EQ(m.latest(), dir + "/step-1.safetensors");
@@ -381,7 +376,7 @@ TEST(CheckpointManager, TemporariesOfKilledSavesAreRemoved) {
                     stale_index = ".checkpoints.json.tmp-" + dead + "-7",
                     live = ".step-3.safetensors.tmp-" + alive + "-0";  // a save in progress
   for (const std::string& name : {stale_ckpt, stale_index, live, std::string("notes.txt"), ".other.tmp-" + dead + "-0"})
-    write_text(dir + "/" + name, "partial");
+    testing::write_bytes(dir + "/" + name, "partial");
   CheckpointManager m(dir);
   EXPECT_EQ(files_in(dir), (std::set<std::string>{"checkpoints.json", "step-1.safetensors", live, "notes.txt",
                                                   ".other.tmp-" + dead + "-0"}));
@@ -397,7 +392,7 @@ TEST(CheckpointManager, ADamagedRecordIsRebuiltFromTheFiles) {
     run.save(m, 5, 0.5);
     run.save(m, 6, 0.4);
   }
-  write_text(dir + "/checkpoints.json", "{\"format\": \"kiln.CheckpointManager\", \"vers");
+  testing::write_bytes(dir + "/checkpoints.json", "{\"format\": \"kiln.CheckpointManager\", \"vers");
   CheckpointManager m(dir);
   EXPECT_EQ(steps_of(m), (std::vector<int64_t>{5, 6}));
   EXPECT_EQ(m.latest(), dir + "/step-6.safetensors");
@@ -406,7 +401,7 @@ TEST(CheckpointManager, ADamagedRecordIsRebuiltFromTheFiles) {
   EXPECT_NE(m.problems()[0].find("checkpoints.json is unreadable"), std::string::npos) << m.problems()[0];
 
   // A record from a newer kiln is refused rather than overwritten.
-  write_text(dir + "/checkpoints.json",
+  testing::write_bytes(dir + "/checkpoints.json",
              R"({"format": "kiln.CheckpointManager", "version": 2, "monitor": "val/loss", "mode": "min",
                  "best": null, "checkpoints": []})");
   EXPECT_KILN_ERROR(CheckpointManager{dir}, "checkpoints.json has version 2, newer than this kiln reads (1)");
@@ -423,7 +418,7 @@ TEST(CheckpointManager, BadArgumentsNameTheFolderAndTheProblem) {
 
   // A folder that cannot be created (its parent is a file).
   fs::create_directories(dir);
-  write_text(dir + "/file", "x");
+  testing::write_bytes(dir + "/file", "x");
   EXPECT_KILN_ERROR(CheckpointManager(dir + "/file/run"), "folder '" + dir + "/file/run': cannot create it");
   EXPECT_KILN_ERROR(CheckpointManager(dir + "/file"), "exists and is not a folder");
 

@@ -1,0 +1,54 @@
+// JSON helpers of kiln's file formats (src/io only): a value quoted briefly
+// in an error message, and doubles that may be infinite or NaN.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace kiln::io::detail {
+
+/// JSON has no inf or NaN: those doubles are written as the strings "inf",
+/// "-inf", "nan" (a plateau scheduler's first best, a metric gone bad).
+inline nlohmann::json double_to_json(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+
+/// The inverse: a JSON number, or one of those three strings; else nullopt.
+inline std::optional<double> double_from_json(const nlohmann::json& j) {
+  if (j.is_number()) return j.get<double>();
+  if (!j.is_string()) return std::nullopt;
+  const std::string& s = j.get_ref<const std::string&>();
+  if (s == "inf") return INFINITY;
+  if (s == "-inf") return -INFINITY;
+  if (s == "nan") return NAN;
+  return std::nullopt;
+}
+
+/// A JSON value for an error message, bounded: scalars as JSON (strings cut
+/// at 60 characters), containers by kind and size. A bad value in a file may
+/// be megabytes long or nested a million deep (the fuzzer's finding): dumping
+/// it whole would flood the message or overflow the stack.
+inline std::string brief(const nlohmann::json& j) {
+  if (j.is_array()) {
+    // Short arrays of scalars ([1, 2], a shape) in full.
+    bool flat = j.size() <= 8;
+    for (const auto& v : j) flat = flat && v.is_primitive();
+    if (!flat) return fmt::format("an array of {}", j.size());
+    std::string out = "[";
+    for (const auto& v : j) out += (out.size() > 1 ? ", " : "") + brief(v);
+    return out + "]";
+  }
+  if (j.is_object()) return fmt::format("an object of {} keys", j.size());
+  if (j.is_string() && j.get_ref<const std::string&>().size() > 60)
+    return nlohmann::json(j.get_ref<const std::string&>().substr(0, 60)).dump(-1, ' ', false,
+                                                                             nlohmann::json::error_handler_t::replace) +
+           "...";
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace kiln::io::detail
