@@ -49,11 +49,14 @@ void EarlyStopping::on_epoch_end(Trainer& trainer) {
   if (wait_ < options_.patience || epoch <= 1) return;
   stopped_epoch_ = epoch;
   trainer.request_stop();
-  std::string since = best_epoch_ > 0 ? fmt::format("best {} at epoch {}", detail::format_value(best_), best_epoch_)
-                      : options_.baseline ? fmt::format("baseline {}", detail::format_value(*options_.baseline))
-                                          : std::string("no finite value yet");
-  trainer.out() << fmt::format("epoch {}: early stopping ({} did not improve for {} epoch{}, {})\n", epoch,
-                               options_.monitor, wait_, wait_ == 1 ? "" : "s", since)
+  // "did not beat the baseline" while no value has: the best may have improved meanwhile.
+  bool below_baseline = options_.baseline && !improves(best_, *options_.baseline);
+  std::string what = below_baseline ? fmt::format("did not beat the baseline {}", detail::format_value(*options_.baseline))
+                                    : std::string("did not improve");
+  std::string best = best_epoch_ > 0 ? fmt::format("best {} at epoch {}", detail::format_value(best_), best_epoch_)
+                                     : std::string("no finite value yet");
+  trainer.out() << fmt::format("epoch {}: early stopping ({} {} for {} epoch{}, {})\n", epoch, options_.monitor, what,
+                               wait_, wait_ == 1 ? "" : "s", best)
                 << std::flush;
 }
 

@@ -27,7 +27,7 @@ struct EarlyStoppingOptions {
   int64_t patience = 3;                    // epochs without improvement tolerated (>= 0)
   double min_delta = 0;                    // an improvement beats the best by more than this (>= 0)
   io::MetricMode mode = io::MetricMode::min;  // min: lower is better (a loss); max: higher (an accuracy)
-  std::optional<double> baseline;          // the patience counter restarts only on values better than this
+  std::optional<double> baseline = std::nullopt;  // the patience counter restarts only on values better than this
 };
 
 class EarlyStopping : public Callback, public io::Stateful {
@@ -43,7 +43,7 @@ class EarlyStopping : public Callback, public io::Stateful {
   /// best, best_epoch, wait, stopped_epoch under "early_stopping".
   void checkpoint_objects(io::Checkpoint& ckpt) override;
 
-  /// The best value seen (+inf in min mode, -inf in max mode before any, or the baseline).
+  /// The best value seen (+inf in min mode, -inf in max mode before any).
   double best() const { return best_; }
   /// The 1-based epoch of best(); 0: none yet.
   int64_t best_epoch() const { return best_epoch_; }
