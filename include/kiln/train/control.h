@@ -40,11 +40,11 @@ struct Command {
   std::string name;  // set: the optimizer option ("lr", "weight_decay", "momentum", ...)
   double value = 0;  // set: its new value
 
-  static Command pause() { return {Kind::pause}; }
-  static Command resume() { return {Kind::resume}; }
-  static Command stop() { return {Kind::stop}; }
-  static Command checkpoint() { return {Kind::checkpoint}; }
-  static Command evaluate() { return {Kind::evaluate}; }
+  static Command pause() { return {Kind::pause, {}, 0}; }
+  static Command resume() { return {Kind::resume, {}, 0}; }
+  static Command stop() { return {Kind::stop, {}, 0}; }
+  static Command checkpoint() { return {Kind::checkpoint, {}, 0}; }
+  static Command evaluate() { return {Kind::evaluate, {}, 0}; }
   static Command set(std::string name, double value) { return {Kind::set, std::move(name), value}; }
 };
 /// "pause", "resume", "stop", "checkpoint", "evaluate", "set lr=0.001".

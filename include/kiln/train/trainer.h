@@ -130,6 +130,7 @@ class Trainer {
   friend class Control;  // sets state_ (paused, stopping)
   void step_once(const data::Batch& batch);
   void end_epoch(History& history);
+  void fail();  // after an exception: on_train_end for every callback, control ended
   void pause_clock_begin();
   void pause_clock_end();
 

@@ -1,0 +1,90 @@
+#include "kiln/train/steps.h"
+
+#include "kiln/core/error.h"
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/loss.h"
+#include "kiln/optim/optimizer.h"
+#include "kiln/train/metrics.h"
+
+namespace kiln::train {
+
+namespace {
+
+// backward, one update, and cleared gradients for the next step.
+void update(const Tensor& loss, optim::Optimizer& opt) {
+  loss.backward();
+  opt.step();
+  opt.zero_grad();
+}
+
+int64_t count_positive(const Tensor& logits, bool positive) {
+  KILN_CHECK(logits.dtype() == kF32, "gan_discriminator_step", "discriminator logits must be f32, got {}",
+             name(logits.dtype()));
+  Tensor l = logits.contiguous();
+  const float* p = l.data<float>();
+  int64_t n = 0;
+  for (int64_t i = 0; i < l.numel(); ++i) n += positive ? p[i] > 0 : p[i] < 0;
+  return n;
+}
+
+}  // namespace
+
+StepResult classification_step(const Forward& forward, optim::Optimizer& opt, const data::Batch& batch) {
+  Tensor logits = forward(batch.input);  // [B, C]
+  Tensor loss = cross_entropy(logits, batch.target);
+  update(loss, opt);
+  // The predictions before the update, as Keras reports training accuracy.
+  return {loss.item<double>(), batch.size(), count_correct(logits.detach(), batch.target)};
+}
+
+StepResult classification_eval(const Forward& forward, const data::Batch& batch) {
+  NoGradGuard no_grad;
+  Tensor logits = forward(batch.input);
+  return {cross_entropy(logits, batch.target).item<double>(), batch.size(), count_correct(logits, batch.target)};
+}
+
+StepResult regression_step(const Forward& forward, optim::Optimizer& opt, const data::Batch& batch) {
+  Tensor loss = mse_loss(forward(batch.input), batch.target);
+  update(loss, opt);
+  return {loss.item<double>(), batch.size()};
+}
+
+StepResult regression_eval(const Forward& forward, const data::Batch& batch) {
+  NoGradGuard no_grad;
+  return {mse_loss(forward(batch.input), batch.target).item<double>(), batch.size()};
+}
+
+StepResult autoencoder_step(const Forward& forward, optim::Optimizer& opt, const data::Batch& batch) {
+  Tensor loss = mse_loss(forward(batch.input), batch.input);
+  update(loss, opt);
+  return {loss.item<double>(), batch.size()};
+}
+
+StepResult autoencoder_eval(const Forward& forward, const data::Batch& batch) {
+  NoGradGuard no_grad;
+  return {mse_loss(forward(batch.input), batch.input).item<double>(), batch.size()};
+}
+
+StepResult gan_discriminator_step(const Forward& generator, const Forward& discriminator, optim::Optimizer& d_opt,
+                                  const Tensor& real, const Tensor& noise) {
+  Tensor fake = generator(noise).detach();  // no gradient reaches the generator
+  Tensor real_logits = discriminator(real), fake_logits = discriminator(fake);  // [B, 1]
+  Tensor loss = add(binary_cross_entropy_with_logits(real_logits, ones_like(real_logits)),
+                    binary_cross_entropy_with_logits(fake_logits, zeros_like(fake_logits)));
+  update(loss, d_opt);
+  int64_t correct = count_positive(real_logits.detach(), true) + count_positive(fake_logits.detach(), false);
+  return {loss.item<double>(), real.size(0) + noise.size(0), correct};
+}
+
+StepResult gan_generator_step(const Forward& generator, const Forward& discriminator, optim::Optimizer& g_opt,
+                              nn::Module& discriminator_module, const Tensor& noise) {
+  Tensor fake_logits = discriminator(generator(noise));
+  Tensor loss = binary_cross_entropy_with_logits(fake_logits, ones_like(fake_logits));
+  update(loss, g_opt);
+  discriminator_module.zero_grad();  // the discriminator's gradients of this phase are not applied
+  return {loss.item<double>(), noise.size(0)};
+}
+
+}  // namespace kiln::train
