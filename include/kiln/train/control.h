@@ -15,7 +15,8 @@
 //
 // States: idle (before fit), running, paused, stopping (a stop was requested),
 // completed, failed. Every answer also goes into a bounded ring of results
-// that observers read with results(after_id).
+// that observers read with results(after_id). Commands are answered in the
+// order they were submitted. docs/live_control.md has the details.
 #pragma once
 
 #include <chrono>
@@ -77,7 +78,8 @@ class Control {
   /// rejected at once.
   uint64_t submit(Command command);
   /// The answer to command `id`, waiting up to `timeout` for it; nullopt on
-  /// timeout or when the answer has already left the ring.
+  /// timeout or when the answer has already left the ring. An id never
+  /// returned by submit() is a kiln::Error.
   std::optional<CommandResult> wait(uint64_t id,
                                     std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
   RunState state() const;
@@ -87,25 +89,29 @@ class Control {
 
   // ---- the training thread (called by Trainer) ----
   void begin(Trainer& trainer);
-  /// Applies queued commands; while paused, blocks (with the training clock
-  /// stopped) applying commands until resume or stop.
+  /// Refreshes the snapshot and applies queued commands; while paused, blocks
+  /// (with the training clock stopped) applying commands until resume or stop.
+  /// With nothing queued it is a lock and a copy of a few numbers (no allocation
+  /// once the logs' keys are steady).
   void poll(Trainer& trainer);
   /// Marks the run completed or failed, and rejects what is still queued.
   void end(Trainer& trainer, RunState final_state);
 
  private:
-  CommandResult apply(Trainer& trainer, uint64_t id, const Command& command);
-  void answer(CommandResult result);
+  CommandResult apply(Trainer& trainer, uint64_t id, const Command& command);  // unlocked: runs callbacks
+  void answer(CommandResult result);     // under mu_
   void publish(const Trainer& trainer);  // under mu_
 
   mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
+  mutable std::condition_variable cv_;  // an answer arrived (wait())
+  std::condition_variable queued_;      // a command arrived (the training thread, while paused)
   size_t capacity_;
   uint64_t next_id_ = 1;
+  uint64_t last_answered_ = 0;  // every id <= it is answered (answers come in id order)
   std::deque<std::pair<uint64_t, Command>> queue_;
-  std::deque<CommandResult> ring_;
+  std::deque<CommandResult> ring_;  // ids strictly increasing; size() <= capacity_
   Snapshot snapshot_;
-  bool paused_ = false;
+  bool paused_ = false;  // the training thread's own view (only it reads or writes it)
   bool ended_ = false;
 };
 

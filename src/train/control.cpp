@@ -1,0 +1,273 @@
+// train::Control (T14): commands from any thread, applied by the training
+// thread at its safe points (Trainer calls poll() after every step).
+#include "kiln/train/control.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <exception>
+
+#include "kiln/core/error.h"
+#include "kiln/optim/optimizer.h"
+#include "kiln/train/task.h"
+
+namespace kiln::train {
+
+namespace {
+
+// dst = src, reusing dst's nodes and strings: in the steady state (the same
+// keys every step) this copies doubles only, so the per-step poll allocates
+// nothing. A changed key set (a callback added "val/loss") copies the map.
+void copy_logs(const std::map<std::string, double>& src, std::map<std::string, double>& dst) {
+  if (src.size() == dst.size()) {
+    auto d = dst.begin();
+    for (auto s = src.begin(); s != src.end(); ++s, ++d)
+      if (s->first != d->first) {
+        dst = src;
+        return;
+      }
+    d = dst.begin();
+    for (auto s = src.begin(); s != src.end(); ++s, ++d) d->second = s->second;
+    return;
+  }
+  dst = src;
+}
+
+// Answers `ring` (ids strictly increasing) holds for ids in (after_id, ...).
+auto first_after(const std::deque<CommandResult>& ring, uint64_t after_id) {
+  return std::upper_bound(ring.begin(), ring.end(), after_id,
+                          [](uint64_t id, const CommandResult& r) { return id < r.id; });
+}
+
+// "val/accuracy: 0.91, val/loss: 0.31" from the logs an evaluation wrote.
+std::string validation_logs(const std::map<std::string, double>& logs) {
+  std::string out;
+  for (const auto& [name, value] : logs)
+    if (name.starts_with("val/")) out += fmt::format("{}{}: {:.4g}", out.empty() ? "" : ", ", name, value);
+  return out;
+}
+
+}  // namespace
+
+std::string to_string(const Command& command) {
+  switch (command.kind) {
+    case Command::Kind::pause: return "pause";
+    case Command::Kind::resume: return "resume";
+    case Command::Kind::stop: return "stop";
+    case Command::Kind::checkpoint: return "checkpoint";
+    case Command::Kind::evaluate: return "evaluate";
+    case Command::Kind::set: return fmt::format("set {}={}", command.name, command.value);
+  }
+  return fmt::format("command {}", int(command.kind));
+}
+
+Control::Control(size_t result_capacity) : capacity_(result_capacity) {
+  KILN_CHECK(result_capacity >= 1, "Control", "result_capacity must be at least 1, got {}", result_capacity);
+}
+
+// ---- any thread ----
+
+uint64_t Control::submit(Command command) {
+  std::lock_guard lock(mu_);
+  uint64_t id = next_id_++;
+  if (ended_) {
+    // Nothing will poll again: answer now (in id order, since the queue was
+    // emptied by end()).
+    CommandResult r{.id = id, .command = std::move(command), .applied = false};
+    r.message = fmt::format("training has ended ({})", to_string(snapshot_.state));
+    r.global_step = snapshot_.progress.global_step;
+    answer(std::move(r));
+  } else {
+    queue_.emplace_back(id, std::move(command));
+    queued_.notify_one();
+  }
+  return id;
+}
+
+std::optional<CommandResult> Control::wait(uint64_t id, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  KILN_CHECK(id >= 1 && id < next_id_, "Control.wait", "no command has id {} (ids submitted so far: {})", id,
+             next_id_ == 1 ? std::string("none") : fmt::format("1..{}", next_id_ - 1));
+  if (!cv_.wait_for(lock, timeout, [&] { return last_answered_ >= id; })) return std::nullopt;
+  auto it = first_after(ring_, id - 1);
+  if (it == ring_.end() || it->id != id) return std::nullopt;  // dropped from the ring
+  return *it;
+}
+
+RunState Control::state() const {
+  std::lock_guard lock(mu_);
+  return snapshot_.state;
+}
+
+Snapshot Control::snapshot() const {
+  std::lock_guard lock(mu_);
+  return snapshot_;
+}
+
+std::vector<CommandResult> Control::results(uint64_t after_id) const {
+  std::lock_guard lock(mu_);
+  return {first_after(ring_, after_id), ring_.end()};
+}
+
+// ---- the training thread ----
+
+void Control::begin(Trainer& trainer) {
+  std::lock_guard lock(mu_);
+  ended_ = false;  // a Trainer may fit() again; what came between was rejected
+  paused_ = false;
+  publish(trainer);
+}
+
+void Control::poll(Trainer& trainer) {
+  std::unique_lock lock(mu_);
+  publish(trainer);
+  if (queue_.empty()) return;  // the every-step case
+
+  std::optional<Trainer::ClockPause> clock;  // held while paused: a pause is not training time
+  for (;;) {
+    while (!queue_.empty()) {
+      auto [id, command] = std::move(queue_.front());
+      queue_.pop_front();
+      // Callbacks (save_now, evaluate_now) may take seconds: observers keep
+      // reading the last snapshot and submitting meanwhile.
+      lock.unlock();
+      CommandResult result = apply(trainer, id, command);
+      if (paused_ && !clock) clock.emplace(trainer);
+      if (!paused_) clock.reset();
+      lock.lock();
+      publish(trainer);  // before the answer, so a woken waiter sees its effect
+      answer(std::move(result));
+    }
+    if (!paused_) return;
+    queued_.wait(lock, [&] { return !queue_.empty(); });
+  }
+}
+
+void Control::end(Trainer& trainer, RunState final_state) {
+  KILN_CHECK(final_state == RunState::completed || final_state == RunState::failed, "Control.end",
+             "final_state must be completed or failed, got {}", to_string(final_state));
+  paused_ = false;
+  trainer.state_ = final_state;
+  std::lock_guard lock(mu_);
+  ended_ = true;
+  publish(trainer);
+  while (!queue_.empty()) {
+    auto& [id, command] = queue_.front();
+    CommandResult r{.id = id, .command = std::move(command), .applied = false};
+    r.message = fmt::format("training has ended ({})", to_string(final_state));
+    r.global_step = trainer.progress().global_step;
+    queue_.pop_front();
+    answer(std::move(r));
+  }
+}
+
+// ---- private ----
+
+CommandResult Control::apply(Trainer& trainer, uint64_t id, const Command& command) {
+  CommandResult r{.id = id, .command = command};
+  auto done = [&](bool applied, std::string message) {
+    r.applied = applied;
+    r.message = std::move(message);
+  };
+  // The first callback whose hook returns true did it; an exception rejects
+  // the command and training goes on. Its time is not training time.
+  auto run_hook = [&](auto hook, const char* none, const char* did) {
+    Trainer::ClockPause clock(trainer);
+    for (const auto& callback : trainer.callbacks())
+      if (hook(*callback)) return done(true, did);
+    done(false, none);
+  };
+  try {
+    switch (command.kind) {
+      case Command::Kind::pause:
+        if (paused_) {
+          done(false, "already paused");
+          break;
+        }
+        if (trainer.stop_requested()) {
+          done(false, "training is stopping");
+          break;
+        }
+        paused_ = true;
+        trainer.state_ = RunState::paused;
+        done(true, "paused");
+        break;
+      case Command::Kind::resume:
+        if (!paused_) {
+          done(false, "not paused");
+          break;
+        }
+        paused_ = false;
+        trainer.state_ = RunState::running;
+        done(true, "resumed");
+        break;
+      case Command::Kind::stop:
+        if (trainer.stop_requested()) {
+          done(false, "already stopping");
+          break;
+        }
+        trainer.request_stop();
+        paused_ = false;
+        trainer.state_ = RunState::stopping;
+        done(true, "stopping");
+        break;
+      case Command::Kind::checkpoint:
+        run_hook([&](Callback& c) { return c.save_now(trainer); }, "no checkpoint callback", "saved");
+        break;
+      case Command::Kind::evaluate: {
+        run_hook([&](Callback& c) { return c.evaluate_now(trainer); }, "no validation callback", "evaluated");
+        if (r.applied) {
+          std::string logs = validation_logs(trainer.logs());
+          if (!logs.empty()) r.message += " (" + logs + ")";
+        }
+        break;
+      }
+      case Command::Kind::set: {
+        optim::Optimizer& opt = trainer.task().optimizer();
+        if (!opt.has_option(command.name)) {
+          done(false, fmt::format("{} has no option '{}' (options: {})", opt.name(), command.name,
+                                  fmt::join(opt.option_names(), ", ")));
+          break;
+        }
+        double old = opt.get(command.name);
+        if (command.name == "lr") {
+          // As a scheduler sets it: each group gets value * its lr_scale.
+          opt.apply_lr(command.value);
+          trainer.logs()["lr"] = command.value;
+        } else {
+          opt.set(command.name, command.value);  // validated; on error nothing changes
+        }
+        done(true, fmt::format("{} {} -> {}", command.name, old, opt.get(command.name)));
+        break;
+      }
+      default:
+        done(false, fmt::format("unknown command kind {}", int(command.kind)));
+    }
+  } catch (const std::exception& e) {
+    done(false, e.what());
+  } catch (...) {
+    done(false, "unknown exception");
+  }
+  r.global_step = trainer.progress().global_step;
+  return r;
+}
+
+void Control::answer(CommandResult result) {
+  last_answered_ = result.id;
+  ring_.push_back(std::move(result));
+  if (ring_.size() > capacity_) ring_.pop_front();
+  cv_.notify_all();
+}
+
+void Control::publish(const Trainer& trainer) {
+  Snapshot& s = snapshot_;
+  s.state = trainer.state();
+  s.progress = trainer.progress();
+  s.max_epochs = trainer.max_epochs();
+  s.steps_per_epoch = trainer.steps_per_epoch();
+  s.elapsed = trainer.elapsed();
+  copy_logs(trainer.logs(), s.logs);
+}
+
+}  // namespace kiln::train
