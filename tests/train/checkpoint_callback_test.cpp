@@ -13,6 +13,7 @@
 
 #include "kiln/train/callbacks/early_stopping.h"
 #include "kiln/train/callbacks/validation.h"
+#include "kiln/train/control.h"
 #include "kiln/train/trainer.h"
 #include "tests/support/test_util.h"
 #include "tests/train/tiny_run.h"
@@ -178,6 +179,32 @@ TEST(CheckpointCallback, EveryNStepsAndSaveNowAreUnranked) {
   // The mid-epoch checkpoints hold the position inside the epoch.
   EXPECT_EQ(io::read_checkpoint_info(dir + "/step-8.safetensors").progress,
             (io::Progress{.epoch = 1, .global_step = 8, .step_in_epoch = 3}));
+}
+
+TEST(CheckpointCallback, LiveControlCheckpointAndEvaluateCommands) {
+  std::string dir = testing::fresh_dir();
+  TinyRun r;
+  std::ostringstream out;
+  auto val = std::make_shared<train::Validation>(r.val_loader);
+  auto ckpt = std::make_shared<CheckpointCallback>(dir);
+  train::Trainer trainer(1, {val, ckpt}, testing::run_to(out));
+  // Sent before fit: applied at the first safe point, after step 1.
+  uint64_t save = trainer.control()->submit(train::Command::checkpoint());
+  uint64_t evaluate = trainer.control()->submit(train::Command::evaluate());
+  trainer.fit(r.task, *r.loader);
+  std::optional<train::CommandResult> saved = trainer.control()->wait(save, std::chrono::milliseconds(0));
+  std::optional<train::CommandResult> evaluated = trainer.control()->wait(evaluate, std::chrono::milliseconds(0));
+  ASSERT_TRUE(saved && evaluated);
+  EXPECT_TRUE(saved->applied);
+  EXPECT_EQ(saved->message, "saved");
+  EXPECT_EQ(saved->global_step, 1);
+  EXPECT_TRUE(evaluated->applied);
+  std::regex evaluated_message(R"(evaluated \(val/accuracy: 0\.\d+, val/loss: \d\.\d+\))");
+  EXPECT_TRUE(std::regex_match(evaluated->message, evaluated_message)) << evaluated->message;
+  EXPECT_EQ(steps_of(ckpt->manager()), (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(lines_starting(out.str(), "saved checkpoint "),
+            std::vector<std::string>{"saved checkpoint " + dir + "/step-1.safetensors"});
+  EXPECT_EQ(lines_starting(out.str(), "validation: ").size(), 2u);  // the command's, the epoch's
 }
 
 // ---- resume ----

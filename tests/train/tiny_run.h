@@ -19,8 +19,10 @@
 
 namespace kiln::testing {
 
-/// Synthetic classification data: x [n, 4] ~ N(0, 1), y [n] = argmax(x[:, :3]).
-inline std::shared_ptr<data::TensorDataset> tiny_dataset(int64_t n, uint64_t seed) {
+/// Synthetic classification data: x [n, 4] ~ N(0, 1), y [n] = argmax(x[:, :3]),
+/// with every `noisy`-th label moved to the next class (0: none), so that a
+/// validation loss rises and falls instead of only falling.
+inline std::shared_ptr<data::TensorDataset> tiny_dataset(int64_t n, uint64_t seed, int64_t noisy = 0) {
   Generator gen(seed);
   Tensor x = randn({n, 4}, gen);
   std::vector<int64_t> y(n);
@@ -28,6 +30,7 @@ inline std::shared_ptr<data::TensorDataset> tiny_dataset(int64_t n, uint64_t see
   for (int64_t i = 0; i < n; ++i) {
     const float* row = px + i * 4;
     y[i] = row[1] > row[0] ? (row[2] > row[1] ? 2 : 1) : (row[2] > row[0] ? 2 : 0);
+    if (noisy > 0 && i % noisy == 0) y[i] = (y[i] + 1) % 3;
   }
   return std::make_shared<data::TensorDataset>(x, tensor(y));
 }
@@ -39,7 +42,7 @@ struct TinyRun {
         optimizer(model->parameters(), {.lr = 0.5, .momentum = 0.9}),
         task(model, optimizer, &rngs),
         train_set(tiny_dataset(10, 1)),
-        val_set(tiny_dataset(6, 2)),
+        val_set(tiny_dataset(6, 2, 3)),
         loader(std::make_shared<data::DataLoader>(
             train_set, data::DataLoaderOptions{.batch_size = 2, .shuffle = shuffle, .seed = 7})),
         val_loader(
