@@ -121,8 +121,10 @@ const ValidationResult& Validation::evaluate(Trainer& trainer) {
   else
     logs[accuracy_key_] = result_.accuracy;
 
-  // Mid-epoch on a terminal the progress bar's line is still open: end it first.
-  std::string line = mid_epoch(trainer) && trainer.tty() ? "\n" : "";
+  // On a terminal a progress bar's line may be open (it is rewritten in place
+  // until the bar ends it at the epoch's end, after this): erase it; the bar
+  // draws it again below this line at its next update.
+  std::string line = trainer.tty() && trainer.progress().step_in_epoch > 0 ? "\r\x1b[K" : "";
   line += fmt::format("{}: loss {:.4f}", label_, result_.loss);
   if (!std::isnan(result_.accuracy)) line += fmt::format(" · accuracy {:.4f}", result_.accuracy);
   line += fmt::format(" · {:.2f}s\n", result_.seconds);
