@@ -217,10 +217,10 @@ struct Leg {
   std::shared_ptr<CheckpointCallback> ckpt;
 };
 
-// One process's worth of training: every object new, resuming from the
-// folder's latest checkpoint when it has one.
+// One process's worth of training: every object new, resuming from `resume`,
+// or by default from the folder's latest checkpoint when it has one.
 Leg run_leg(const std::string& dir, int64_t max_epochs, uint64_t init_seed, CheckpointCallbackOptions options,
-            int64_t max_steps = 0) {
+            int64_t max_steps = 0, std::optional<std::string> resume = std::nullopt) {
   TinyRun r(init_seed);
   std::ostringstream out;
   auto val = std::make_shared<train::Validation>(r.val_loader);
@@ -228,7 +228,7 @@ Leg run_leg(const std::string& dir, int64_t max_epochs, uint64_t init_seed, Chec
   auto ckpt = std::make_shared<CheckpointCallback>(dir, options);
   train::Trainer trainer(max_epochs, {val, es, ckpt}, testing::run_to(out, max_steps));
   Leg leg;
-  leg.history = trainer.fit(r.task, *r.loader, ckpt->latest());
+  leg.history = trainer.fit(r.task, *r.loader, resume.value_or(ckpt->latest()));
   leg.out = out.str();
   leg.weights = r.weights();
   leg.es = es;
@@ -290,17 +290,26 @@ TEST(CheckpointCallback, ResumeMidEpochIsExact) {
   CheckpointCallbackOptions options{.every_n_steps = 2};
   Leg straight = run_leg(testing::fresh_dir("straight"), 4, 0, options);
 
-  std::string dir = testing::fresh_dir("resumed");
-  Leg first = run_leg(dir, 4, 0, options, /*max_steps=*/7);  // killed at step 7: the latest is step 6
-  EXPECT_EQ(first.ckpt->latest(), dir + "/step-6.safetensors");
-  Leg second = run_leg(dir, 4, 99, options);
+  // A run ended at step 7 by max_steps saves there at train end; one killed
+  // after step 7 has step 6 as its latest (every 2 steps). Both continue exactly.
+  for (bool killed : {false, true}) {
+    SCOPED_TRACE(killed);
+    std::string dir = testing::fresh_dir(killed ? "killed" : "ended");
+    Leg first = run_leg(dir, 4, 0, options, /*max_steps=*/7);
+    EXPECT_EQ(first.ckpt->latest(), dir + "/step-7.safetensors");
+    EXPECT_EQ(lines_starting(first.out, "saved checkpoint "),
+              std::vector<std::string>{"saved checkpoint " + dir + "/step-7.safetensors"});
+    std::string from = dir + (killed ? "/step-6.safetensors" : "/step-7.safetensors");
+    Leg second = run_leg(dir, 4, 99, options, 0, from);
 
-  expect_equal(second.weights, straight.weights);
-  ASSERT_EQ(second.history.epochs.size(), 3u);  // the rest of epoch 2, then 3 and 4
-  for (size_t e = 0; e < 3; ++e) EXPECT_EQ(second.history.epochs[e], straight.history.epochs[e + 1]) << e;
-  EXPECT_EQ(lines_from_epoch(second.out, 1), lines_from_epoch(straight.out, 2));
-  EXPECT_EQ(second.es->state(), straight.es->state());
-  EXPECT_EQ(steps_of(second.ckpt->manager()), steps_of(straight.ckpt->manager()));
+    expect_equal(second.weights, straight.weights);
+    ASSERT_EQ(second.history.epochs.size(), 3u);  // the rest of epoch 2, then 3 and 4
+    for (size_t e = 0; e < 3; ++e) EXPECT_EQ(second.history.epochs[e], straight.history.epochs[e + 1]) << e;
+    EXPECT_EQ(lines_from_epoch(second.out, 1), lines_from_epoch(straight.out, 2));
+    EXPECT_EQ(second.es->state(), straight.es->state());
+    EXPECT_EQ(steps_of(second.ckpt->manager()), steps_of(straight.ckpt->manager()));
+    EXPECT_EQ(lines_starting(second.out, "saved checkpoint "), std::vector<std::string>{});  // ended at an epoch end
+  }
 }
 
 TEST(CheckpointCallback, AFreshRunIntoAUsedFolderIsRefused) {

@@ -41,7 +41,8 @@ CheckpointCallback::CheckpointCallback(std::string dir, CheckpointCallbackOption
 void CheckpointCallback::on_train_begin(Trainer& trainer) {
   for (const std::string& problem : manager_->problems())
     trainer.out() << "checkpoint folder " << manager_->dir() << ": " << problem << '\n';
-  if (trainer.progress().global_step != 0) return;  // resumed: the checkpoint restored our state
+  last_saved_step_ = trainer.progress().global_step;  // resumed: the checkpoint holds this step
+  if (last_saved_step_ != 0) return;                   // resumed: the checkpoint restored our state too
   // A fresh run would rank its checkpoints against another run's best and
   // could restore that run's weights at the end.
   std::optional<std::string> latest = manager_->latest();
@@ -91,7 +92,14 @@ void CheckpointCallback::on_epoch_end(Trainer& trainer) {
 }
 
 void CheckpointCallback::on_train_end(Trainer& trainer) {
-  if (!options_.restore_best || trainer.state() == RunState::failed) return;
+  if (trainer.state() == RunState::failed) return;
+  // A run that ended between two saves (max_steps, a stop command mid-epoch)
+  // saves where it is, so that fit(..., latest()) continues from there.
+  if (trainer.progress().global_step != last_saved_step_) {
+    std::string path = save(trainer, {});
+    trainer.out() << "saved checkpoint " << path << '\n' << std::flush;
+  }
+  if (!options_.restore_best) return;
   // The model already holds the best weights when nothing was trained after the best checkpoint.
   if (best_step_ < 0 || best_step_ == trainer.progress().global_step) return;
   std::optional<std::string> path = manager_->best();
@@ -120,7 +128,9 @@ bool CheckpointCallback::save_now(Trainer& trainer) {
 
 std::string CheckpointCallback::save(Trainer& trainer, std::optional<double> metric) {
   io::Checkpoint ckpt = trainer.checkpoint();
-  return manager_->save(ckpt, trainer.progress().global_step, metric);
+  std::string path = manager_->save(ckpt, trainer.progress().global_step, metric);
+  last_saved_step_ = trainer.progress().global_step;
+  return path;
 }
 
 std::string CheckpointCallback::latest() const { return manager_->latest().value_or(""); }

@@ -57,6 +57,9 @@ class CheckpointCallback : public Callback, public io::Stateful {
   void on_train_begin(Trainer& trainer) override;
   void on_step_end(Trainer& trainer, const StepResult& step) override;
   void on_epoch_end(Trainer& trainer) override;
+  /// Unless the run failed: saves an unranked checkpoint when training went
+  /// on after the last save (a run ended by max_steps or a stop mid-epoch),
+  /// then restores the best weights (restore_best).
   void on_train_end(Trainer& trainer) override;
   /// best_epoch, best_step, last_epoch under "checkpoint".
   void checkpoint_objects(io::Checkpoint& ckpt) override;
@@ -85,6 +88,7 @@ class CheckpointCallback : public Callback, public io::Stateful {
   int64_t best_epoch_ = 0;    // 1-based epoch of the best checkpoint; 0: none
   int64_t best_step_ = -1;    // its global step
   int64_t last_epoch_ = 0;    // 1-based epoch of the last epoch-end checkpoint
+  int64_t last_saved_step_ = 0;  // the global step of this run's last save (or of the checkpoint resumed from)
 };
 
 struct ModelCheckpointOptions {
