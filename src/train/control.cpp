@@ -74,7 +74,7 @@ uint64_t Control::submit(Command command) {
   if (ended_) {
     // Nothing will poll again: answer now (in id order, since the queue was
     // emptied by end()).
-    CommandResult r{.id = id, .command = std::move(command), .applied = false};
+    CommandResult r{.id = id, .command = std::move(command), .applied = false, .message = {}, .global_step = 0};
     r.message = fmt::format("training has ended ({})", to_string(snapshot_.state));
     r.global_step = snapshot_.progress.global_step;
     answer(std::move(r));
@@ -124,7 +124,17 @@ void Control::poll(Trainer& trainer) {
   publish(trainer);
   if (queue_.empty()) return;  // the every-step case
 
-  std::optional<Trainer::ClockPause> clock;  // held while paused: a pause is not training time
+  // The training clock stands still while paused: a pause is not training time.
+  struct PausedClock {
+    Trainer& trainer;
+    bool on = false;
+    void set(bool paused) {
+      if (paused == on) return;
+      paused ? trainer.pause_clock_begin() : trainer.pause_clock_end();
+      on = paused;
+    }
+    ~PausedClock() { set(false); }
+  } clock{trainer};
   for (;;) {
     while (!queue_.empty()) {
       auto [id, command] = std::move(queue_.front());
@@ -133,8 +143,7 @@ void Control::poll(Trainer& trainer) {
       // reading the last snapshot and submitting meanwhile.
       lock.unlock();
       CommandResult result = apply(trainer, id, command);
-      if (paused_ && !clock) clock.emplace(trainer);
-      if (!paused_) clock.reset();
+      clock.set(paused_);
       lock.lock();
       publish(trainer);  // before the answer, so a woken waiter sees its effect
       answer(std::move(result));
@@ -154,7 +163,7 @@ void Control::end(Trainer& trainer, RunState final_state) {
   publish(trainer);
   while (!queue_.empty()) {
     auto& [id, command] = queue_.front();
-    CommandResult r{.id = id, .command = std::move(command), .applied = false};
+    CommandResult r{.id = id, .command = std::move(command), .applied = false, .message = {}, .global_step = 0};
     r.message = fmt::format("training has ended ({})", to_string(final_state));
     r.global_step = trainer.progress().global_step;
     queue_.pop_front();
@@ -165,7 +174,7 @@ void Control::end(Trainer& trainer, RunState final_state) {
 // ---- private ----
 
 CommandResult Control::apply(Trainer& trainer, uint64_t id, const Command& command) {
-  CommandResult r{.id = id, .command = command};
+  CommandResult r{.id = id, .command = command, .applied = false, .message = {}, .global_step = 0};
   auto done = [&](bool applied, std::string message) {
     r.applied = applied;
     r.message = std::move(message);
