@@ -11,10 +11,15 @@
 // checkpoint. With prefetch > 0 a background thread gathers the next batches
 // while the caller trains on the current one.
 //
-// Batches are the loader's reused buffers (no allocation per step): a batch
-// handed out stays valid until prefetch + 1 further batches have been handed
-// out. A buffer the caller still holds a reference to is never overwritten;
-// the loader allocates a new one instead.
+// Batches are the loader's reused buffers (prefetch + 2 of them, no
+// allocation per step): a batch stays valid as long as the caller holds it (or
+// a view of it, or an autograd node saves it): a buffer still referenced
+// outside the loader is never overwritten, the loader allocates a new one
+// instead. Let go of batches you are done with, or each one kept costs an
+// allocation. NOTE [DataLoader buffers] in src/data/dataloader.cpp.
+//
+// The Dataset's get()/gather() run on the worker thread when prefetch > 0, so
+// they must be safe to call concurrently with the dataset's const methods.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,297 @@
+// DataLoader: batches in the Sampler's order, gathered into a small pool of
+// reused buffers, optionally ahead of time by one background thread.
+//
+// NOTE [DataLoader buffers]: the pool holds up to prefetch + 2 Batch buffers,
+// each a full [B, ...] input and target allocated once from the first
+// example's shapes and dtypes (an epoch's short last batch is a narrow view
+// [n, ...] of one). A buffer is free when nobody but the pool references it:
+// its TensorImpl and its Storage both have use_count 1. A batch handed out (or
+// waiting in the prefetch queue) holds a copy of the handle, so it is never
+// overwritten while anyone keeps it, a view of it, or an autograd node saving
+// it; when every buffer is taken the loader allocates a fresh one in the
+// oldest slot and the old one lives on with its holder. Why prefetch + 2: the
+// caller's loop (`for (auto& b : loader)`, `batch = loader.next()`) still
+// holds the previous batch while it asks for the next, and prefetch more sit
+// in the queue, so prefetch + 2 buffers recycle with no allocation per batch.
+//
+// NOTE [DataLoader thread]: the worker gathers batch `gather_pos_` of the
+// current epoch while the queue has room (prefetch slots), reading the
+// sampler's order (which only the caller's thread changes, and only after
+// stopping the worker: next_epoch, load_state, the destructor). The pool is
+// the worker's while it runs. An exception in gather is queued in place of the
+// batch and re-thrown by next() on the caller's thread; the loader stays at the
+// same position, so the next call retries that batch.
+#include "kiln/data/dataloader.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kiln/core/error.h"
+
+namespace kiln::data {
+
+struct DataLoader::Impl {
+  // What the worker hands to next(): a batch or the exception gathering it threw.
+  struct Item {
+    Batch batch;
+    std::exception_ptr error;
+  };
+
+  Impl(const Dataset& dataset, const DataLoaderOptions& options, int64_t batches)
+      : dataset(dataset),
+        batch_size(options.batch_size),
+        prefetch(options.prefetch),
+        batches(batches),
+        sampler(dataset.size(), options.shuffle, options.seed),
+        queue(size_t(options.prefetch)) {
+    pool.reserve(size_t(prefetch) + 2);
+  }
+
+  const Dataset& dataset;
+  const int64_t batch_size;
+  const int prefetch;
+  const int64_t batches;  // per epoch
+  Sampler sampler;        // this epoch's order; its own cursor stays 0, position is ours
+  int64_t position = 0;   // batches of this epoch handed out
+
+  // ---- buffers (the caller's when prefetch == 0, else the worker's) ----
+  bool shaped = false;  // in_row... known from the first example
+  Shape in_row, tgt_row;
+  DType in_dtype = kF32, tgt_dtype = kI64;
+  bool has_target = true;
+  std::vector<Batch> pool;  // size <= prefetch + 2
+  size_t next_slot = 0;     // the oldest slot: where the search for a free buffer starts
+  int64_t allocations = 0;  // buffers allocated so far (for tests and docs)
+
+  // ---- the worker, guarded by mutex ----
+  std::thread worker;
+  std::mutex mutex;
+  std::condition_variable room, ready;  // room: the worker may gather; ready: next() may take
+  std::vector<Item> queue;              // ring of `prefetch` slots
+  size_t head = 0, count = 0;           // queue[head] is the oldest of count items
+  int64_t gather_pos = 0;               // the batch the worker gathers next
+  bool stop = false;
+
+  static bool is_free(const Tensor& t) {
+    return !t.defined() || (t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1);
+  }
+
+  static Tensor allocate_rows(int64_t n, const Shape& row, DType dtype) {
+    Shape shape = row;
+    shape.insert(0, n);
+    return Tensor::empty(shape, dtype);
+  }
+
+  // A full [batch_size, ...] buffer nobody else references (NOTE [DataLoader buffers]).
+  Batch& acquire() {
+    for (size_t k = 0; k < pool.size(); ++k) {
+      size_t i = (next_slot + k) % pool.size();
+      if (is_free(pool[i].input) && is_free(pool[i].target)) {
+        // Pairs with the holder's release of its last reference: its reads of
+        // the old batch happen before our writes.
+        std::atomic_thread_fence(std::memory_order_acquire);
+        next_slot = i + 1;
+        return pool[i];
+      }
+    }
+    Batch fresh{allocate_rows(batch_size, in_row, in_dtype),
+                has_target ? allocate_rows(batch_size, tgt_row, tgt_dtype) : Tensor()};
+    ++allocations;
+    if (pool.size() < size_t(prefetch) + 2) {
+      pool.push_back(std::move(fresh));
+      next_slot = pool.size();
+      return pool.back();
+    }
+    size_t i = next_slot++ % pool.size();
+    pool[i] = std::move(fresh);  // the old buffer lives on with whoever holds it
+    return pool[i];
+  }
+
+  static Tensor narrow_rows(const Tensor& t, int64_t n) {
+    if (!t.defined()) return t;
+    Shape shape = t.shape();
+    shape[0] = n;
+    return Tensor::make_view(t.storage(), shape, t.strides(), t.storage_offset(), t.dtype());
+  }
+
+  // Gathers batch j of this epoch: examples order[j*B, min((j+1)*B, N)).
+  Batch fill(int64_t j) {
+    const std::vector<int64_t>& order = sampler.order();
+    const int64_t start = j * batch_size;
+    const int64_t n = std::min(batch_size, int64_t(order.size()) - start);
+    if (!shaped) {
+      Example first = dataset.get(order[size_t(start)]);
+      KILN_CHECK(first.input.defined(), "DataLoader", "example {} has an undefined input", order[size_t(start)]);
+      in_row = first.input.shape();
+      in_dtype = first.input.dtype();
+      has_target = first.target.defined();
+      if (has_target) {
+        tgt_row = first.target.shape();
+        tgt_dtype = first.target.dtype();
+      }
+      shaped = true;
+    }
+    Batch& buffer = acquire();
+    Batch out = n == batch_size ? buffer : Batch{narrow_rows(buffer.input, n), narrow_rows(buffer.target, n)};
+    dataset.gather(std::span<const int64_t>(order.data() + start, size_t(n)), out);
+    return out;
+  }
+
+  void worker_loop() {
+    for (;;) {
+      int64_t j;
+      {
+        std::unique_lock lock(mutex);
+        room.wait(lock, [&] { return stop || (count < queue.size() && gather_pos < batches); });
+        if (stop) return;
+        j = gather_pos++;
+      }
+      Item item;
+      try {
+        item.batch = fill(j);
+      } catch (...) {
+        item.error = std::current_exception();
+      }
+      const bool failed = item.error != nullptr;
+      {
+        std::lock_guard lock(mutex);
+        queue[(head + count) % queue.size()] = std::move(item);
+        ++count;
+      }
+      ready.notify_one();
+      if (failed) return;  // next() re-throws it and joins us
+    }
+  }
+
+  void start_worker() {
+    head = count = 0;
+    gather_pos = position;
+    stop = false;
+    worker = std::thread([this] { worker_loop(); });
+  }
+
+  // Stops and joins the worker and drops what it gathered ahead (those
+  // batches are gathered again when asked for).
+  void stop_worker() {
+    if (!worker.joinable()) return;
+    {
+      std::lock_guard lock(mutex);
+      stop = true;
+    }
+    room.notify_all();
+    worker.join();
+    for (Item& item : queue) item = Item{};
+    head = count = 0;
+  }
+
+  std::optional<Batch> next() {
+    if (position == batches) return std::nullopt;
+    if (prefetch == 0) {
+      Batch b = fill(position);
+      ++position;
+      return b;
+    }
+    if (!worker.joinable()) start_worker();
+    Item item;
+    {
+      std::unique_lock lock(mutex);
+      ready.wait(lock, [&] { return count > 0; });
+      item = std::move(queue[head]);
+      head = (head + 1) % queue.size();
+      --count;
+    }
+    room.notify_one();
+    if (item.error) {
+      stop_worker();
+      std::rethrow_exception(item.error);
+    }
+    ++position;
+    return std::move(item.batch);
+  }
+};
+
+namespace {
+
+int64_t batches_per_epoch(int64_t n, int64_t batch_size, bool drop_last) {
+  return drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
+}
+
+}  // namespace
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
+    : dataset_(std::move(dataset)), options_(options) {
+  constexpr const char* op = "DataLoader";
+  KILN_CHECK(dataset_ != nullptr, op, "dataset is null");
+  KILN_CHECK(options_.batch_size > 0, op, "batch_size must be positive, got {}", options_.batch_size);
+  KILN_CHECK(options_.prefetch >= 0, op, "prefetch must be non-negative, got {}", options_.prefetch);
+  const int64_t n = dataset_->size();
+  KILN_CHECK(n >= 0, op, "the dataset's size is negative ({})", n);
+  KILN_CHECK(!options_.drop_last || n >= options_.batch_size, op,
+             "drop_last with a dataset of {} examples and batch_size {} leaves no batch", n, options_.batch_size);
+  impl_ = std::make_unique<Impl>(*dataset_, options_, batches_per_epoch(n, options_.batch_size, options_.drop_last));
+}
+
+DataLoader::~DataLoader() { impl_->stop_worker(); }
+
+int64_t DataLoader::size() const { return impl_->batches; }
+
+int64_t DataLoader::samples_per_epoch() const {
+  return options_.drop_last ? impl_->batches * options_.batch_size : dataset_->size();
+}
+
+int64_t DataLoader::epoch() const { return impl_->sampler.epoch(); }
+int64_t DataLoader::position() const { return impl_->position; }
+
+std::optional<Batch> DataLoader::next() { return impl_->next(); }
+
+void DataLoader::next_epoch() {
+  impl_->stop_worker();
+  impl_->sampler.next_epoch();
+  impl_->position = 0;
+}
+
+io::State DataLoader::state() const {
+  io::State s = impl_->sampler.state();
+  // The sampler's cursor at the first batch not yet handed out: batches the
+  // worker gathered ahead are not counted, they are gathered again on resume.
+  s["cursor"] = std::to_string(std::min(impl_->position * options_.batch_size, dataset_->size()));
+  s["batch_size"] = std::to_string(options_.batch_size);
+  s["drop_last"] = std::to_string(int(options_.drop_last));
+  return s;
+}
+
+void DataLoader::load_state(const io::State& state) {
+  constexpr const char* op = "DataLoader.load_state";
+  const int64_t batch_size = io::state_i64(state, "batch_size", op);
+  const int64_t drop_last = io::state_i64(state, "drop_last", op);
+  const int64_t size = io::state_i64(state, "size", op);
+  const int64_t cursor = io::state_i64(state, "cursor", op);
+  KILN_CHECK(batch_size == options_.batch_size, op, "the state is of batch_size {}, this loader's is {}", batch_size,
+             options_.batch_size);
+  KILN_CHECK(drop_last == int64_t(options_.drop_last), op, "the state {} drop_last, this loader {}",
+             drop_last ? "has" : "has no", options_.drop_last ? "has" : "has not");
+  KILN_CHECK(size == dataset_->size(), op, "the state is of a dataset of {} examples, this loader's has {}", size,
+             dataset_->size());
+  // The cursor must sit at a batch boundary of this loader: min(k * B, N), 0 <= k <= size().
+  const int64_t k = cursor >= 0 ? (cursor + batch_size - 1) / batch_size : -1;
+  KILN_CHECK(k >= 0 && k <= impl_->batches && std::min(k * batch_size, size) == cursor, op,
+             "cursor {} is not at a batch boundary (batch_size {}, {} batches per epoch)", cursor, batch_size,
+             impl_->batches);
+  io::State sampler_state = state;
+  sampler_state.erase("batch_size");
+  sampler_state.erase("drop_last");
+  // Stopping the worker changes nothing visible (the position stays; what it
+  // gathered ahead is gathered again), so a state the sampler refuses leaves
+  // this loader as it was.
+  impl_->stop_worker();
+  impl_->sampler.load_state(sampler_state);
+  impl_->position = k;
+}
+
+}  // namespace kiln::data
