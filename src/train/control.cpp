@@ -17,19 +17,15 @@ namespace kiln::train {
 namespace {
 
 // dst = src, reusing dst's nodes and strings: in the steady state (the same
-// keys every step) this copies doubles only, so the per-step poll allocates
-// nothing. A changed key set (a callback added "val/loss") copies the map.
+// keys every step) this is one walk over both maps copying doubles, so the
+// per-step poll allocates nothing. A changed key set (a callback added
+// "val/loss") copies the map.
 void copy_logs(const std::map<std::string, double>& src, std::map<std::string, double>& dst) {
   if (src.size() == dst.size()) {
     auto d = dst.begin();
-    for (auto s = src.begin(); s != src.end(); ++s, ++d)
-      if (s->first != d->first) {
-        dst = src;
-        return;
-      }
-    d = dst.begin();
-    for (auto s = src.begin(); s != src.end(); ++s, ++d) d->second = s->second;
-    return;
+    auto s = src.begin();
+    for (; s != src.end() && s->first == d->first; ++s, ++d) d->second = s->second;
+    if (s == src.end()) return;
   }
   dst = src;
 }

@@ -389,9 +389,14 @@ TEST(Control, EmptyPollCost) {
       for (int i = 0; i < kPolls; ++i) c.poll(t);
       ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / kPolls;
       snapshot = c.snapshot();
+      // The same number of keys, one of them new: the snapshot follows.
+      t.logs().erase("lr");
+      t.logs()["a"] = 7;
+      c.poll(t);
+      swapped = c.snapshot();
     }
     double ns = 0;
-    Snapshot snapshot;
+    Snapshot snapshot, swapped;
   };
   Rig s;
   auto bench = std::make_shared<Bench>();
@@ -403,6 +408,12 @@ TEST(Control, EmptyPollCost) {
   EXPECT_EQ(bench->snapshot.progress.global_step, 1);
   EXPECT_EQ(bench->snapshot.logs.size(), 3u);
   EXPECT_EQ(bench->snapshot.logs.at("val/accuracy_of_a_long_name"), 0.5);
+  EXPECT_EQ(bench->snapshot.logs.at("lr"), 0.1);
+  std::map<std::string, double> swapped = bench->swapped.logs;
+  EXPECT_EQ(swapped.size(), 3u);
+  EXPECT_EQ(swapped.count("lr"), 0u);
+  EXPECT_EQ(swapped.at("a"), 7);
+  EXPECT_EQ(swapped.at("val/accuracy_of_a_long_name"), 0.5);
   EXPECT_LT(bench->ns, 20000.0);  // a loose bound: a lock and a few copies, not a sleep or an allocation storm
   EXPECT_TRUE(trainer.control()->results().empty());
 }
