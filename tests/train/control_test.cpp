@@ -30,13 +30,16 @@ std::shared_ptr<data::TensorDataset> tiny_dataset() {
   return std::make_shared<data::TensorDataset>(tensor(x, {8, 4}), tensor<int64_t>({0, 1, 2, 0, 1, 2, 0, 1}, {8}));
 }
 
-// A classifier, SGD at lr 0.1 and the loader; Trainers print into `out`.
+// A classifier, SGD at lr 0.1 and the loader (prefetch: batches gathered by
+// the loader's thread); Trainers print into `out`.
 struct Rig {
+  explicit Rig(int prefetch = 0)
+      : loader(tiny_dataset(), {.batch_size = 2, .shuffle = false, .seed = 0, .drop_last = false, .prefetch = prefetch}) {}
   Rngs rngs{0};
   nn::Shared<nn::Linear> model = nn::make<nn::Linear>(4, 3, nn::Init(rngs));
   optim::SGD opt{model->parameters(), {.lr = 0.1}};
   Task task{model, opt};
-  data::DataLoader loader{tiny_dataset(), {.batch_size = 2, .shuffle = false, .prefetch = 0}};
+  data::DataLoader loader;
   std::ostringstream out;
   RunOptions run(int64_t max_steps = 0) {
     return {.max_steps = max_steps, .tokens_per_sample = 0, .out = &out, .tty = false, .config = "{}"};
@@ -141,7 +144,7 @@ TEST(Control, CommandNamesAndBadArguments) {
 // step does not advance; set lr while paused; resume; at step 5 (the gate) a
 // late resume and a stop are queued: fit returns after step 5, completed.
 TEST(Control, SecondThreadPausesSetsResumesAndStops) {
-  Rig s;
+  Rig s(/*prefetch=*/2);
   auto lr_log = std::make_shared<LrLog>();
   auto gate = std::make_shared<Gate>(5);
   Trainer trainer(100, {lr_log, gate}, s.run());
