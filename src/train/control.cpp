@@ -82,6 +82,9 @@ uint64_t Control::submit(Command command) {
 }
 
 std::optional<CommandResult> Control::wait(uint64_t id, std::chrono::milliseconds timeout) const {
+  // A wait "forever" (milliseconds::max()) would overflow the deadline
+  // now + timeout into the past: a year is forever enough.
+  timeout = std::min(timeout, std::chrono::milliseconds(std::chrono::hours(24 * 365)));
   std::unique_lock lock(mu_);
   KILN_CHECK(id >= 1 && id < next_id_, "Control.wait", "no command has id {} (ids submitted so far: {})", id,
              next_id_ == 1 ? std::string("none") : fmt::format("1..{}", next_id_ - 1));
@@ -112,6 +115,9 @@ void Control::begin(Trainer& trainer) {
   std::lock_guard lock(mu_);
   ended_ = false;  // a Trainer may fit() again; what came between was rejected
   paused_ = false;
+  // Fixed for the whole fit: the loader and max_epochs do not change.
+  snapshot_.max_epochs = trainer.max_epochs();
+  snapshot_.steps_per_epoch = trainer.steps_per_epoch();
   publish(trainer);
 }
 
@@ -269,8 +275,6 @@ void Control::publish(const Trainer& trainer) {
   Snapshot& s = snapshot_;
   s.state = trainer.state();
   s.progress = trainer.progress();
-  s.max_epochs = trainer.max_epochs();
-  s.steps_per_epoch = trainer.steps_per_epoch();
   s.elapsed = trainer.elapsed();
   copy_logs(trainer.logs(), s.logs);
 }

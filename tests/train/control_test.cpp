@@ -305,7 +305,9 @@ TEST(Control, StopWhilePaused) {
   auto control = trainer.control();
   uint64_t pause = control->submit(Command::pause());
   std::thread driver([&] {
-    std::optional<CommandResult> r = control->wait(pause, kWait);  // a timeout still stops below
+    // "Forever" must not overflow into an immediate timeout; a Control that
+    // never answered would still answer at the end of fit, rejecting it.
+    std::optional<CommandResult> r = control->wait(pause, std::chrono::milliseconds::max());
     EXPECT_TRUE(r && r->applied);
     EXPECT_EQ(control->state(), RunState::paused);
     control->submit(Command::stop());
