@@ -252,8 +252,7 @@ CommandResult Control::apply(Trainer& trainer, uint64_t id, const Command& comma
         done(true, fmt::format("{} {} -> {}", command.name, old, opt.get(command.name)));
         break;
       }
-      default:
-        done(false, fmt::format("unknown command kind {}", int(command.kind)));
+      default: done(false, fmt::format("unknown command kind {}", int(command.kind)));
     }
   } catch (const std::exception& e) {
     done(false, e.what());

@@ -34,7 +34,8 @@ std::shared_ptr<data::TensorDataset> tiny_dataset() {
 // the loader's thread); Trainers print into `out`.
 struct Rig {
   explicit Rig(int prefetch = 0)
-      : loader(tiny_dataset(), {.batch_size = 2, .shuffle = false, .seed = 0, .drop_last = false, .prefetch = prefetch}) {}
+      : loader(tiny_dataset(),
+               {.batch_size = 2, .shuffle = false, .seed = 0, .drop_last = false, .prefetch = prefetch}) {}
   Rngs rngs{0};
   nn::Shared<nn::Linear> model = nn::make<nn::Linear>(4, 3, nn::Init(rngs));
   optim::SGD opt{model->parameters(), {.lr = 0.1}};
@@ -103,8 +104,8 @@ struct Saver : Callback {
 
 // "set lr=0.05 -> applied: lr 0.1 -> 0.05 @1": one answer, compared as a whole.
 std::string line(const CommandResult& r) {
-  return fmt::format("{} {} -> {}: {} @{}", r.id, to_string(r.command), r.applied ? "applied" : "rejected",
-                     r.message, r.global_step);
+  return fmt::format("{} {} -> {}: {} @{}", r.id, to_string(r.command), r.applied ? "applied" : "rejected", r.message,
+                     r.global_step);
 }
 std::vector<std::string> lines(const std::vector<CommandResult>& results) {
   std::vector<std::string> out;
@@ -253,14 +254,13 @@ TEST(Control, QueuedCommandsRunCallbackHooksInOrder) {
   control->submit(Command::stop());
   History history = trainer.fit(s.task, s.loader);
 
-  EXPECT_EQ(lines(control->results()),
-            (std::vector<std::string>{
-                "1 evaluate -> applied: evaluated (val/accuracy: 0.5, val/loss: 0.25) @1",
-                "2 checkpoint -> applied: saved @1",
-                "3 set weight_decay=0.01 -> applied: weight_decay 0 -> 0.01 @1",
-                "4 stop -> applied: stopping @1",
-                "5 stop -> rejected: already stopping @1",
-            }));
+  EXPECT_EQ(lines(control->results()), (std::vector<std::string>{
+                                           "1 evaluate -> applied: evaluated (val/accuracy: 0.5, val/loss: 0.25) @1",
+                                           "2 checkpoint -> applied: saved @1",
+                                           "3 set weight_decay=0.01 -> applied: weight_decay 0 -> 0.01 @1",
+                                           "4 stop -> applied: stopping @1",
+                                           "5 stop -> rejected: already stopping @1",
+                                       }));
   EXPECT_EQ(evaluator->calls, 1);
   EXPECT_EQ(decliner->calls, 1);
   EXPECT_EQ(saver->calls, 1);
@@ -314,8 +314,8 @@ TEST(Control, StopWhilePaused) {
   });
   History history = trainer.fit(s.task, s.loader);
   driver.join();
-  EXPECT_EQ(lines(control->results()), (std::vector<std::string>{"1 pause -> applied: paused @1",
-                                                                 "2 stop -> applied: stopping @1"}));
+  EXPECT_EQ(lines(control->results()),
+            (std::vector<std::string>{"1 pause -> applied: paused @1", "2 stop -> applied: stopping @1"}));
   EXPECT_EQ(history.state, RunState::completed);
   EXPECT_EQ(trainer.progress().global_step, 1);
 }
@@ -376,9 +376,8 @@ TEST(Control, RingKeepsTheNewestAnswersInOrder) {
   EXPECT_EQ(s.opt.lr(), 0.4);
 
   control.submit(Command::stop());  // after end: answered at once, the oldest drops out
-  EXPECT_EQ(lines(control.results()), (std::vector<std::string>{
-                                          newest[1], newest[2],
-                                          "6 stop -> rejected: training has ended (completed) @2"}));
+  EXPECT_EQ(lines(control.results()),
+            (std::vector<std::string>{newest[1], newest[2], "6 stop -> rejected: training has ended (completed) @2"}));
 }
 
 // What a poll costs when nothing is queued (the Trainer polls after every
