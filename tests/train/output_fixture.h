@@ -47,10 +47,10 @@ struct ScriptedTask : Task {
 };
 
 // Everything one leg of training needs, built the same way each time (seeded),
-// so a second Setup is the "fresh objects" a resumed process would build.
+// so a second Rig is the "fresh objects" a resumed process would build.
 template <class T = Task>
-struct Setup {
-  explicit Setup(double lr = 0.1, int64_t batch = 8)
+struct Rig {
+  explicit Rig(double lr = 0.1, int64_t batch = 8)
       : rngs(0),
         model(nn::make<nn::Linear>(4, 3, nn::Init(rngs))),
         opt(model->parameters(), {.lr = lr}),

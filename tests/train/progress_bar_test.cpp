@@ -15,7 +15,7 @@ namespace {
 
 using testing::mask_times;
 using testing::ScriptedTask;
-using testing::Setup;
+using testing::Rig;
 
 TEST(ProgressBar, FormatMs) {
   EXPECT_EQ(format_ms(0.69), "0.7");
@@ -38,7 +38,7 @@ TEST(ProgressBar, FormatRate) {
 }
 
 TEST(ProgressBar, OneLinePerEpochWhenNotATerminal) {
-  Setup<ScriptedTask> s;
+  Rig<ScriptedTask> s;
   std::ostringstream out;
   Trainer trainer(2, {std::make_shared<ProgressBar>()}, {.out = &out, .tty = false});
   trainer.fit(s.task, s.loader);
@@ -50,7 +50,7 @@ TEST(ProgressBar, OneLinePerEpochWhenNotATerminal) {
 }
 
 TEST(ProgressBar, RewritesOneLineOnATerminal) {
-  Setup<ScriptedTask> s;
+  Rig<ScriptedTask> s;
   std::ostringstream out;
   Trainer trainer(1, {std::make_shared<ProgressBar>(ProgressBarOptions{.refresh = 0})}, {.out = &out, .tty = true});
   trainer.fit(s.task, s.loader);
@@ -63,7 +63,7 @@ TEST(ProgressBar, RewritesOneLineOnATerminal) {
 }
 
 TEST(ProgressBar, RefreshLimitsRedrawsButAlwaysDrawsTheLastStep) {
-  Setup<ScriptedTask> s;
+  Rig<ScriptedTask> s;
   std::ostringstream out;
   Trainer trainer(2, {std::make_shared<ProgressBar>(ProgressBarOptions{.refresh = 3600})}, {.out = &out, .tty = true});
   trainer.fit(s.task, s.loader);
@@ -78,7 +78,7 @@ TEST(ProgressBar, RefreshLimitsRedrawsButAlwaysDrawsTheLastStep) {
 }
 
 TEST(ProgressBar, ValidationValuesAtTheEpochEnd) {
-  Setup<ScriptedTask> s;
+  Rig<ScriptedTask> s;
   std::ostringstream out;
   Trainer trainer(2, {std::make_shared<testing::FakeValidation>(), std::make_shared<ProgressBar>()},
                   {.out = &out, .tty = false});
@@ -95,7 +95,7 @@ TEST(ProgressBar, NoAccuracyWhenStepsDoNotClassify) {
     using Task::Task;
     StepResult training_step(const data::Batch& b) override { return {0.125, b.size(), -1}; }
   };
-  Setup<Regression> s;
+  Rig<Regression> s;
   std::ostringstream out;
   Trainer trainer(1, {std::make_shared<ProgressBar>()}, {.out = &out, .tty = false});
   trainer.fit(s.task, s.loader);
@@ -103,7 +103,7 @@ TEST(ProgressBar, NoAccuracyWhenStepsDoNotClassify) {
 }
 
 TEST(ProgressBar, StoppedMidEpochStillEndsItsLine) {
-  Setup<ScriptedTask> s;
+  Rig<ScriptedTask> s;
   std::ostringstream out;
   Trainer stopped(2, {std::make_shared<ProgressBar>()}, {.max_steps = 4, .out = &out, .tty = false});
   stopped.fit(s.task, s.loader);
@@ -115,17 +115,17 @@ TEST(ProgressBar, StoppedMidEpochStillEndsItsLine) {
 TEST(ProgressBar, ResumesMidEpochAtItsStep) {
   const std::string ckpt = testing::test_dir() + "/step-4.safetensors";
   {
-    Setup<> s;
+    Rig<> s;
     std::ostringstream out;
-    Trainer trainer(2, {std::make_shared<testing::SaveAt>(4, ckpt)}, {.max_steps = 4, .out = &out});
+    Trainer trainer(2, {std::make_shared<testing::SaveAt>(4, ckpt)}, {.max_steps = 4, .out = &out, .tty = false});
     trainer.fit(s.task, s.loader);
   }
-  Setup<> straight;
+  Rig<> straight;
   std::ostringstream straight_out;
   Trainer full(2, {std::make_shared<ProgressBar>(ProgressBarOptions{.refresh = 0})}, {.out = &straight_out, .tty = true});
   full.fit(straight.task, straight.loader);
 
-  Setup<> resumed;
+  Rig<> resumed;
   std::ostringstream out;
   Trainer trainer(2, {std::make_shared<ProgressBar>(ProgressBarOptions{.refresh = 0})}, {.out = &out, .tty = true});
   trainer.fit(resumed.task, resumed.loader, ckpt);

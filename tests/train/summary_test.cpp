@@ -14,7 +14,7 @@ namespace kiln::train {
 namespace {
 
 using testing::ScriptedTask;
-using testing::Setup;
+using testing::Rig;
 
 io::State spec_example_state() {
   // The spec's example run: 4686 steps of batch 64 in 0.32 s.
@@ -64,7 +64,7 @@ TEST(Summary, BadState) {
 }
 
 TEST(Summary, PrintedAtTrainEnd) {
-  Setup<ScriptedTask> s;
+  Rig<ScriptedTask> s;
   std::ostringstream out;
   auto summary = std::make_shared<Summary>();
   Trainer trainer(2, {summary}, {.out = &out, .tty = false});
@@ -80,9 +80,9 @@ TEST(Summary, PrintedAtTrainEnd) {
 }
 
 TEST(Summary, TokensForSequenceWorkloads) {
-  Setup<ScriptedTask> s;
+  Rig<ScriptedTask> s;
   std::ostringstream out;
-  Trainer trainer(1, {std::make_shared<Summary>()}, {.tokens_per_sample = 16, .out = &out});
+  Trainer trainer(1, {std::make_shared<Summary>()}, {.tokens_per_sample = 16, .out = &out, .tty = false});
   trainer.fit(s.task, s.loader);
   EXPECT_NE(out.str().find(" token/s\nrun: "), std::string::npos) << out.str();
   EXPECT_TRUE(out.str().ends_with(" · 3 steps · batch 8 · sequence 16 token/sample\n")) << out.str();
@@ -90,19 +90,19 @@ TEST(Summary, TokensForSequenceWorkloads) {
 
 TEST(Summary, ResumedRunCoversTheWholeRun) {
   const std::string ckpt = testing::test_dir() + "/step-4.safetensors";
-  Setup<> straight;
+  Rig<> straight;
   auto full = std::make_shared<Summary>();
   std::ostringstream sink;
-  Trainer(2, {full}, {.out = &sink}).fit(straight.task, straight.loader);
+  Trainer(2, {full}, {.out = &sink, .tty = false}).fit(straight.task, straight.loader);
 
   {  // a leg that checkpoints at step 4 and dies after step 5
-    Setup<> s;
-    Trainer(2, {std::make_shared<Summary>(), std::make_shared<testing::SaveAt>(4, ckpt)}, {.max_steps = 5, .out = &sink})
+    Rig<> s;
+    Trainer(2, {std::make_shared<Summary>(), std::make_shared<testing::SaveAt>(4, ckpt)}, {.max_steps = 5, .out = &sink, .tty = false})
         .fit(s.task, s.loader);
   }
-  Setup<> s;
+  Rig<> s;
   auto resumed = std::make_shared<Summary>();
-  Trainer(2, {resumed}, {.out = &sink}).fit(s.task, s.loader, ckpt);
+  Trainer(2, {resumed}, {.out = &sink, .tty = false}).fit(s.task, s.loader, ckpt);
   EXPECT_EQ(resumed->steps(), 6);
   EXPECT_EQ(resumed->samples(), 48);
   EXPECT_EQ(resumed->initial_loss(), full->initial_loss());

@@ -1,7 +1,7 @@
 // LRSchedulerCallback (T6): drives an optim::LRScheduler from the Trainer
 // (spec 002 LrSchedulerCallback), per optimizer step or per epoch.
 //
-//   auto sched = std::make_shared<optim::CosineScheduler>(optim::CosineOptions{.lr = 0.1, .total_steps = 1000});
+//   auto sched = std::make_shared<optim::CosineScheduler>(optim::CosineOptions{.max_lr = 0.1, .total_steps = 1000});
 //   train::Trainer trainer(10, {std::make_shared<train::LRSchedulerCallback>(sched)});
 //
 // Step interval: the optimizer step with global index g (0-based) runs with
