@@ -4,9 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <sstream>
 
+#include "kiln/optim/schedulers.h"
+#include "kiln/train/callbacks/csv_logger.h"
+#include "kiln/train/callbacks/lr_scheduler.h"
 #include "kiln/train/callbacks/progress_bar.h"
+#include "kiln/train/callbacks/summary.h"
 #include "output_fixture.h"
 #include "tests/support/test_util.h"
 
@@ -84,6 +89,36 @@ TEST(PhaseCallback, ResumeEntersThePhaseItResumesIn) {
                                "phase 2/2 — main · 2 epochs × 3 steps\nepoch 2/2 3/3 |██████████| <time> · "))
       << text;
   EXPECT_EQ(s.task.phases, (std::vector<std::string>{"main"}));
+}
+
+TEST(PhaseCallback, WithTheOtherOutputCallbacks) {
+  // The five output callbacks of one run, in the order docs/callbacks.md gives.
+  const std::string csv_path = testing::test_dir() + "/log.csv";
+  Rig<ScriptedTask> s;
+  std::ostringstream out;
+  auto phases = std::make_shared<PhaseCallback>();
+  phases->add_phase("warmup", 1).add_phase("main", 1);
+  auto sched = std::make_shared<optim::StepScheduler>(optim::StepOptions{.lr = 0.1, .step_size = 1, .gamma = 0.5});
+  Trainer(2,
+          {phases, std::make_shared<LRSchedulerCallback>(sched, LRSchedulerCallback::Interval::epoch),
+           std::make_shared<CsvLogger>(csv_path), std::make_shared<ProgressBar>(), std::make_shared<Summary>()},
+          {.out = &out, .tty = false})
+      .fit(s.task, s.loader);
+  static const std::regex summary_times(R"(Wall: \d+\.\d+ ms/step · \d+\.\d\d[KMGTP]? sample/s\nrun: \d+\.\d\ds)");
+  EXPECT_EQ(std::regex_replace(mask_times(out.str()), summary_times, "<times>"),
+            "phase schedule:\n"
+            "  1. warmup — 1 epoch (3 steps)\n"
+            "  2. main — 1 epoch (3 steps)\n"
+            "phase 1/2 — warmup · 1 epoch × 3 steps\n"
+            "epoch 1/1 3/3 |██████████| <time> · accuracy: 0.8333 · loss: 1.7500\n"
+            "phase 2/2 — main · 1 epoch × 3 steps\n"
+            "epoch 1/1 3/3 |██████████| <time> · accuracy: 0.6667 · loss: 1.0000\n"
+            "summary: loss: initial 2.0000 · final 0.7500 · mean 1.3750\n"
+            "<times> · 6 steps · batch 8\n");
+  // The CSV's lr column: 0.1 in the first epoch, 0.05 in the second.
+  const std::string csv = kiln::testing::read_bytes(csv_path);
+  EXPECT_NE(csv.find("\n1,3,3,1.5,1,0.1,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\n2,1,4,1.25,0.5,0.05,"), std::string::npos) << csv;
 }
 
 }  // namespace

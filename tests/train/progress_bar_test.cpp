@@ -25,6 +25,9 @@ TEST(ProgressBar, FormatMs) {
   EXPECT_EQ(format_ms(0.0678), "0.07");  // the summary example: 0.07 ms/step
   EXPECT_EQ(format_ms(0.0042), "0.004");
   EXPECT_EQ(format_ms(0.0), "0.0");
+  EXPECT_EQ(format_ms(0.0996), "0.1");  // not "0.10"
+  EXPECT_EQ(format_ms(0.0096), "0.01");
+  EXPECT_EQ(format_ms(0.094), "0.09");
 }
 
 TEST(ProgressBar, FormatRate) {

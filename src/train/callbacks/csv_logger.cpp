@@ -164,7 +164,9 @@ void CsvLogger::on_step_end(Trainer& trainer, const StepResult& step) {
 void CsvLogger::on_epoch_end(Trainer& trainer) { flush(false); }
 
 void CsvLogger::on_train_end(Trainer& trainer) {
-  if (!file_ && !resume_bytes_) open();  // a run without steps still leaves the header
+  // A run that completed without a step still leaves the header; a failed one
+  // (perhaps failed opening this very file) touches nothing more.
+  if (!file_ && !resume_bytes_ && trainer.state() != RunState::failed) open();
   flush(true);
   close();
   resumed_ = false;

@@ -22,8 +22,14 @@ constexpr int kCells = 10;
 void append_ms(std::string& out, double ms) {
   // One decimal (0.7); below 0.1 ms the decimals one significant digit needs
   // (0.07, 0.007), so a fast step never prints as "0.0".
+  // 0.0996 -> "0.1", not "0.10": a value that rounds up to the next power of
+  // ten takes one decimal fewer.
   int decimals = 1;
-  if (std::isfinite(ms) && ms > 0 && ms < 0.1) decimals = std::min(9, static_cast<int>(-std::floor(std::log10(ms))));
+  if (std::isfinite(ms) && ms > 0 && ms < 0.095) {
+    decimals = static_cast<int>(-std::floor(std::log10(ms)));
+    if (ms >= 9.5 * std::pow(10.0, -decimals)) --decimals;
+    decimals = std::min(decimals, 9);
+  }
   fmt::format_to(std::back_inserter(out), "{:.{}f}", ms, decimals);
 }
 
