@@ -158,9 +158,17 @@ std::pair<Tensor, Tensor> load(const std::string& root, bool train, int64_t limi
   return {std::move(x), std::move(y)};
 }
 
-// dst[i] = lut[src[i]]: one example's 784 pixels to inputs.
-void convert(const uint8_t* src, float* dst, const std::array<float, 256>& lut) {
-  for (int64_t i = 0; i < kSide * kSide; ++i) dst[i] = lut[src[i]];
+// One example's 784 pixels to inputs: p / 255, then (x - mean) / std, in f32
+// as torchvision's ToTensor + Normalize. Two divisions rather than a 256-entry
+// table: the loop vectorises (u8 -> f32, divps) and is about twice as fast as
+// the table's scalar loads, with the same bits.
+void convert(const uint8_t* src, float* dst, bool normalize) {
+  constexpr int64_t n = kSide * kSide;
+  if (normalize) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = (float(src[i]) / 255.0f - FashionMNIST::kMean) / FashionMNIST::kStd;
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = float(src[i]) / 255.0f;
+  }
 }
 
 }  // namespace
@@ -168,18 +176,13 @@ void convert(const uint8_t* src, float* dst, const std::array<float, 256>& lut) 
 FashionMNIST::FashionMNIST(const std::string& root, bool train, FashionMNISTOptions options)
     : root_(root), train_(train), normalize_(options.normalize) {
   std::tie(images_, targets_) = load(root, train, options.limit);
-  // lut_[p] = (p / 255 - mean) / std in f32, as torchvision's ToTensor + Normalize.
-  for (int p = 0; p < 256; ++p) {
-    float v = float(p) / 255.0f;
-    lut_[size_t(p)] = normalize_ ? (v - kMean) / kStd : v;
-  }
 }
 
 Example FashionMNIST::get(int64_t index) const {
   KILN_CHECK(index >= 0 && index < size(), "FashionMNIST.get", "index {} is out of range for {} examples", index,
              size());
   Tensor input = Tensor::empty({1, kSide, kSide}, kF32);
-  convert(images_.data<uint8_t>() + index * kSide * kSide, input.data<float>(), lut_);
+  convert(images_.data<uint8_t>() + index * kSide * kSide, input.data<float>(), normalize_);
   return {input, Tensor::make_view(targets_.storage(), {}, {}, index, kI64)};
 }
 
@@ -196,7 +199,7 @@ void FashionMNIST::gather(std::span<const int64_t> indices, Batch& out) const {
   for (int64_t k = 0; k < n; ++k) {
     const int64_t i = indices[size_t(k)];
     KILN_CHECK(i >= 0 && i < size, op, "index {} is out of range for {} examples", i, size);
-    convert(src + i * kSide * kSide, dst + k * kSide * kSide, lut_);
+    convert(src + i * kSide * kSide, dst + k * kSide * kSide, normalize_);
     tgt[k] = labels[i];
   }
 }
