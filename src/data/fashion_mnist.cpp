@@ -7,17 +7,15 @@
 #include "kiln/data/fashion_mnist.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 #include <zlib.h>
 
-#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <tuple>
-
-#include <sys/mman.h>
 
 #include "kiln/core/error.h"
 #include "src/data/batch_checks.h"
@@ -88,9 +86,7 @@ uint32_t big_endian(const unsigned char* p) {
   return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | uint32_t(p[3]);
 }
 
-std::string join(const std::string& root, const char* name) {
-  return (std::filesystem::path(root) / name).string();
-}
+std::string join(const std::string& root, const char* name) { return (std::filesystem::path(root) / name).string(); }
 
 struct Header {
   uint32_t magic = 0, count = 0, rows = 0, cols = 0;
@@ -132,8 +128,8 @@ std::pair<Tensor, Tensor> load(const std::string& root, bool train, int64_t limi
   GzReader images(images_path), labels(labels_path);
   Header ih = read_header(images, images_path, kImagesMagic, "images");
   Header lh = read_header(labels, labels_path, kLabelsMagic, "labels");
-  KILN_CHECK(ih.count == lh.count, kOp, "{} holds {} images but {} holds {} labels", images_path, ih.count,
-             labels_path, lh.count);
+  KILN_CHECK(ih.count == lh.count, kOp, "{} holds {} images but {} holds {} labels", images_path, ih.count, labels_path,
+             lh.count);
   const bool all = limit == 0 || limit >= int64_t(ih.count);
   const int64_t n = all ? int64_t(ih.count) : limit;
 
@@ -151,8 +147,8 @@ std::pair<Tensor, Tensor> load(const std::string& root, bool train, int64_t limi
   Tensor y = Tensor::empty({n}, kI64);
   int64_t* yp = y.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
-    KILN_CHECK(label_bytes[size_t(i)] < kClasses, kOp, "{}: label {} of example {} is not a class (0..9)",
-               labels_path, int(label_bytes[size_t(i)]), i);
+    KILN_CHECK(label_bytes[size_t(i)] < kClasses, kOp, "{}: label {} of example {} is not a class (0..9)", labels_path,
+               int(label_bytes[size_t(i)]), i);
     yp[i] = label_bytes[size_t(i)];
   }
   return {std::move(x), std::move(y)};

@@ -41,8 +41,7 @@ class FashionMNIST : public Dataset {
   /// Reads <root>/train-* (train) or <root>/t10k-* (test): images-idx3-ubyte.gz
   /// and labels-idx1-ubyte.gz. A missing or malformed file is a kiln::Error
   /// naming the file and the problem.
-  explicit FashionMNIST(const std::string& root = default_root(), bool train = true,
-                        FashionMNISTOptions options = {});
+  explicit FashionMNIST(const std::string& root = default_root(), bool train = true, FashionMNISTOptions options = {});
 
   int64_t size() const override { return targets_.size(0); }
   /// input [1, 28, 28] f32 (scaled, normalised unless options.normalize is
