@@ -83,8 +83,7 @@ TensorDataset::TensorDataset(Tensor inputs, Tensor targets) {
   KILN_CHECK(inputs.defined() && targets.defined(), op, "inputs and targets must be defined, got {} and {}",
              describe(inputs), describe(targets));
   KILN_CHECK(inputs.dim() >= 1 && targets.dim() >= 1, op,
-             "inputs and targets need a first (example) dimension, got {} and {}", describe(inputs),
-             describe(targets));
+             "inputs and targets need a first (example) dimension, got {} and {}", describe(inputs), describe(targets));
   KILN_CHECK(inputs.size(0) == targets.size(0), op,
              "inputs and targets must have the same first dimension, got {} and {}", describe(inputs),
              describe(targets));

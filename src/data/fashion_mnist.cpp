@@ -7,17 +7,15 @@
 #include "kiln/data/fashion_mnist.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 #include <zlib.h>
 
-#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <tuple>
-
-#include <sys/mman.h>
 
 #include "kiln/core/error.h"
 #include "src/data/batch_checks.h"
@@ -88,9 +86,7 @@ uint32_t big_endian(const unsigned char* p) {
   return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | uint32_t(p[3]);
 }
 
-std::string join(const std::string& root, const char* name) {
-  return (std::filesystem::path(root) / name).string();
-}
+std::string join(const std::string& root, const char* name) { return (std::filesystem::path(root) / name).string(); }
 
 struct Header {
   uint32_t magic = 0, count = 0, rows = 0, cols = 0;
@@ -132,8 +128,8 @@ std::pair<Tensor, Tensor> load(const std::string& root, bool train, int64_t limi
   GzReader images(images_path), labels(labels_path);
   Header ih = read_header(images, images_path, kImagesMagic, "images");
   Header lh = read_header(labels, labels_path, kLabelsMagic, "labels");
-  KILN_CHECK(ih.count == lh.count, kOp, "{} holds {} images but {} holds {} labels", images_path, ih.count,
-             labels_path, lh.count);
+  KILN_CHECK(ih.count == lh.count, kOp, "{} holds {} images but {} holds {} labels", images_path, ih.count, labels_path,
+             lh.count);
   const bool all = limit == 0 || limit >= int64_t(ih.count);
   const int64_t n = all ? int64_t(ih.count) : limit;
 
@@ -151,16 +147,24 @@ std::pair<Tensor, Tensor> load(const std::string& root, bool train, int64_t limi
   Tensor y = Tensor::empty({n}, kI64);
   int64_t* yp = y.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
-    KILN_CHECK(label_bytes[size_t(i)] < kClasses, kOp, "{}: label {} of example {} is not a class (0..9)",
-               labels_path, int(label_bytes[size_t(i)]), i);
+    KILN_CHECK(label_bytes[size_t(i)] < kClasses, kOp, "{}: label {} of example {} is not a class (0..9)", labels_path,
+               int(label_bytes[size_t(i)]), i);
     yp[i] = label_bytes[size_t(i)];
   }
   return {std::move(x), std::move(y)};
 }
 
-// dst[i] = lut[src[i]]: one example's 784 pixels to inputs.
-void convert(const uint8_t* src, float* dst, const std::array<float, 256>& lut) {
-  for (int64_t i = 0; i < kSide * kSide; ++i) dst[i] = lut[src[i]];
+// One example's 784 pixels to inputs: p / 255, then (x - mean) / std, in f32
+// as torchvision's ToTensor + Normalize. Two divisions rather than a 256-entry
+// table: the loop vectorises (u8 -> f32, divps) and is about twice as fast as
+// the table's scalar loads, with the same bits.
+void convert(const uint8_t* src, float* dst, bool normalize) {
+  constexpr int64_t n = kSide * kSide;
+  if (normalize) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = (float(src[i]) / 255.0f - FashionMNIST::kMean) / FashionMNIST::kStd;
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = float(src[i]) / 255.0f;
+  }
 }
 
 }  // namespace
@@ -168,18 +172,13 @@ void convert(const uint8_t* src, float* dst, const std::array<float, 256>& lut) 
 FashionMNIST::FashionMNIST(const std::string& root, bool train, FashionMNISTOptions options)
     : root_(root), train_(train), normalize_(options.normalize) {
   std::tie(images_, targets_) = load(root, train, options.limit);
-  // lut_[p] = (p / 255 - mean) / std in f32, as torchvision's ToTensor + Normalize.
-  for (int p = 0; p < 256; ++p) {
-    float v = float(p) / 255.0f;
-    lut_[size_t(p)] = normalize_ ? (v - kMean) / kStd : v;
-  }
 }
 
 Example FashionMNIST::get(int64_t index) const {
   KILN_CHECK(index >= 0 && index < size(), "FashionMNIST.get", "index {} is out of range for {} examples", index,
              size());
   Tensor input = Tensor::empty({1, kSide, kSide}, kF32);
-  convert(images_.data<uint8_t>() + index * kSide * kSide, input.data<float>(), lut_);
+  convert(images_.data<uint8_t>() + index * kSide * kSide, input.data<float>(), normalize_);
   return {input, Tensor::make_view(targets_.storage(), {}, {}, index, kI64)};
 }
 
@@ -196,7 +195,7 @@ void FashionMNIST::gather(std::span<const int64_t> indices, Batch& out) const {
   for (int64_t k = 0; k < n; ++k) {
     const int64_t i = indices[size_t(k)];
     KILN_CHECK(i >= 0 && i < size, op, "index {} is out of range for {} examples", i, size);
-    convert(src + i * kSide * kSide, dst + k * kSide * kSide, lut_);
+    convert(src + i * kSide * kSide, dst + k * kSide * kSide, normalize_);
     tgt[k] = labels[i];
   }
 }

@@ -159,8 +159,8 @@ std::vector<int64_t> ByteDataset::encode(const std::string& text) {
 std::string ByteDataset::decode(std::span<const int64_t> ids) {
   std::string out(ids.size(), '\0');
   for (size_t i = 0; i < ids.size(); ++i) {
-    KILN_CHECK(ids[i] >= 0 && ids[i] < 256, "ByteDataset.decode", "id {} at position {} is not a byte (0..255)",
-               ids[i], i);
+    KILN_CHECK(ids[i] >= 0 && ids[i] < 256, "ByteDataset.decode", "id {} at position {} is not a byte (0..255)", ids[i],
+               i);
     out[i] = char(uint8_t(ids[i]));
   }
   return out;

@@ -50,7 +50,9 @@ TEST_F(TextFiles, BytesInNonOverlappingWindowsWithShiftedTargets) {
   EXPECT_EQ(ByteDataset::decode(e1.input), "o wo");
   EXPECT_EQ(ByteDataset::decode(e1.target), " wor");
   EXPECT_KILN_ERROR(ds.get(2), "[ByteDataset.get] index 2 is out of range for 2 examples");
-  EXPECT_EQ(ByteDataset::encode("\xff" "A"), (std::vector<int64_t>{255, 65}));
+  EXPECT_EQ(ByteDataset::encode("\xff"
+                                "A"),
+            (std::vector<int64_t>{255, 65}));
   EXPECT_KILN_ERROR(ByteDataset::decode(std::vector<int64_t>{65, 256}),
                     "[ByteDataset.decode] id 256 at position 1 is not a byte (0..255)");
 
@@ -72,7 +74,10 @@ TEST_F(TextFiles, BytesInNonOverlappingWindowsWithShiftedTargets) {
 
 TEST_F(TextFiles, CharactersAreCodePointsNumberedBySortedVocabulary) {
   // "añb€añ\n": 7 characters, 11 bytes; vocabulary by code point: \n a b ñ €.
-  CharDataset ds(file("a\xc3\xb1" "b\xe2\x82\xac" "a\xc3\xb1\n"), 2);
+  CharDataset ds(file("a\xc3\xb1"
+                      "b\xe2\x82\xac"
+                      "a\xc3\xb1\n"),
+                 2);
   EXPECT_EQ(ds.vocab(), (std::vector<std::string>{"\n", "a", "b", "\xc3\xb1", "\xe2\x82\xac"}));
   EXPECT_EQ(ds.vocab_size(), 5);
   EXPECT_EQ(values(ds.tokens()), (std::vector<int64_t>{1, 3, 2, 4, 1, 3, 0}));
@@ -80,9 +85,12 @@ TEST_F(TextFiles, CharactersAreCodePointsNumberedBySortedVocabulary) {
   EXPECT_EQ(values(ds.get(1).input), (std::vector<int64_t>{2, 4}));
   EXPECT_EQ(values(ds.get(1).target), (std::vector<int64_t>{4, 1}));
   EXPECT_EQ(ds.decode(ds.get(2).target), "\xc3\xb1\n");
-  EXPECT_EQ(ds.encode("\xe2\x82\xac" "ab"), (std::vector<int64_t>{4, 1, 2}));
+  EXPECT_EQ(ds.encode("\xe2\x82\xac"
+                      "ab"),
+            (std::vector<int64_t>{4, 1, 2}));
   EXPECT_EQ(ds.decode(ds.encode("b\xc3\xb1\xc3\xb1")), "b\xc3\xb1\xc3\xb1");
-  EXPECT_KILN_ERROR(ds.encode("abz"), "[CharDataset.encode] character 'z' (U+007A) at position 2 is not in the vocabulary of");
+  EXPECT_KILN_ERROR(ds.encode("abz"),
+                    "[CharDataset.encode] character 'z' (U+007A) at position 2 is not in the vocabulary of");
   EXPECT_KILN_ERROR(ds.encode("a\xff"), "[CharDataset.encode] the text is not valid UTF-8: byte 0xff at offset 1");
   EXPECT_KILN_ERROR(ds.decode(std::vector<int64_t>{0, 5}),
                     "[CharDataset.decode] id 5 at position 1 is outside the vocabulary [0, 5)");
@@ -110,11 +118,11 @@ TEST_F(TextFiles, BadFilesAndArguments) {
 
   // Invalid UTF-8, each named by its first bad byte.
   const std::pair<std::string, std::string> bad[] = {
-      {std::string("abc\xff") + "defgh", "byte 0xff at offset 3"},      // never valid
-      {std::string("ab\x80") + "cdefgh", "byte 0x80 at offset 2"},      // stray continuation
-      {std::string("abcdefg\xc3"), "byte 0xc3 at offset 7"},            // truncated at the end
-      {std::string("a\xc0\xaf") + "bcdefg", "byte 0xc0 at offset 1"},   // overlong '/'
-      {std::string("a\xed\xa0\x80") + "bcdefg", "byte 0xed at offset 1"},  // a surrogate, U+D800
+      {std::string("abc\xff") + "defgh", "byte 0xff at offset 3"},             // never valid
+      {std::string("ab\x80") + "cdefgh", "byte 0x80 at offset 2"},             // stray continuation
+      {std::string("abcdefg\xc3"), "byte 0xc3 at offset 7"},                   // truncated at the end
+      {std::string("a\xc0\xaf") + "bcdefg", "byte 0xc0 at offset 1"},          // overlong '/'
+      {std::string("a\xed\xa0\x80") + "bcdefg", "byte 0xed at offset 1"},      // a surrogate, U+D800
       {std::string("a\xf4\x90\x80\x80") + "bcdefg", "byte 0xf4 at offset 1"},  // beyond U+10FFFF
   };
   for (const auto& [bytes, where] : bad) {
