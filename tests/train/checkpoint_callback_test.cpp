@@ -11,7 +11,10 @@
 #include <regex>
 #include <sstream>
 
+#include "kiln/train/callbacks/csv_logger.h"
 #include "kiln/train/callbacks/early_stopping.h"
+#include "kiln/train/callbacks/progress_bar.h"
+#include "kiln/train/callbacks/summary.h"
 #include "kiln/train/callbacks/validation.h"
 #include "kiln/train/control.h"
 #include "kiln/train/trainer.h"
@@ -310,6 +313,65 @@ TEST(CheckpointCallback, ResumeMidEpochIsExact) {
     EXPECT_EQ(steps_of(second.ckpt->manager()), steps_of(straight.ckpt->manager()));
     EXPECT_EQ(lines_starting(second.out, "saved checkpoint "), std::vector<std::string>{});  // ended at an epoch end
   }
+}
+
+// The documented order with the output callbacks: Validation, CsvLogger,
+// ProgressBar, Summary, EarlyStopping, CheckpointCallback.
+struct FullRun {
+  std::string out, csv;
+  Weights weights;
+};
+
+FullRun run_full(const std::string& dir, int64_t max_epochs, uint64_t init_seed) {
+  TinyRun r(init_seed);
+  std::ostringstream out;
+  auto ckpt = std::make_shared<CheckpointCallback>(dir + "/ckpt", CheckpointCallbackOptions{.keep_last = 2});
+  train::Trainer trainer(
+      max_epochs,
+      {std::make_shared<train::Validation>(r.val_loader),
+       std::make_shared<train::CsvLogger>(dir + "/metrics.csv",
+                                          train::CsvLoggerOptions{.log_keys = {"val/loss", "val/accuracy"}}),
+       std::make_shared<train::ProgressBar>(), std::make_shared<train::Summary>(),
+       std::make_shared<train::EarlyStopping>(train::EarlyStoppingOptions{.patience = 2}), ckpt},
+      testing::run_to(out));
+  trainer.fit(r.task, *r.loader, ckpt->latest());
+  return {out.str(), testing::read_bytes(dir + "/metrics.csv"), r.weights()};
+}
+
+// The CSV without its time columns (elapsed_s, step_ms, samples_per_s).
+std::vector<std::string> csv_values(const std::string& csv) {
+  std::vector<std::string> rows;
+  std::istringstream in(csv);
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cells;
+    std::istringstream cols(line);
+    for (std::string cell; std::getline(cols, cell, ',');) cells.push_back(cell);
+    if (line.back() == ',') cells.push_back("");
+    std::string kept;
+    for (size_t i = 0; i < cells.size(); ++i)
+      if (i < 6 || i > 8) kept += cells[i] + ",";
+    rows.push_back(kept);
+  }
+  return rows;
+}
+
+TEST(CheckpointCallback, ResumeWithTheOutputCallbacks) {
+  std::string straight_dir = testing::fresh_dir("straight"), dir = testing::fresh_dir("resumed");
+  FullRun straight = run_full(straight_dir, 4, 0);
+  run_full(dir, 2, 0);
+  FullRun resumed = run_full(dir, 4, 99);
+  if (std::getenv("KILN_PRINT_SAMPLE")) std::cout << straight.out << "---- resumed:\n" << resumed.out;
+
+  expect_equal(resumed.weights, straight.weights);
+  // The CSV continued where the checkpoint left it: the same rows but for their times.
+  std::vector<std::string> rows = csv_values(straight.csv);
+  ASSERT_EQ(rows.size(), 1u + 15u);  // header + 3 epochs of 5 steps: early stopping after epoch 3
+  EXPECT_EQ(csv_values(resumed.csv), rows);
+  // The straight run stops at epoch 3 (best at 1, patience 2); the resumed one
+  // (from the end of epoch 2) prints the same lines for epoch 3.
+  EXPECT_EQ(lines_from_epoch(resumed.out, 3), lines_from_epoch(straight.out, 3));
+  EXPECT_EQ(lines_starting(straight.out, "epoch 3: early stopping ").size(), 1u);
+  EXPECT_EQ(lines_starting(resumed.out, "restored best weights from epoch 1 ").size(), 1u);
 }
 
 TEST(CheckpointCallback, AFreshRunIntoAUsedFolderIsRefused) {

@@ -55,8 +55,24 @@ Validation::Validation(std::shared_ptr<data::DataLoader> loader, ValidationOptio
 }
 
 void Validation::on_train_begin(Trainer& trainer) {
-  // A fresh run forgets an earlier fit's result; a resumed one keeps the restored one.
-  if (trainer.progress().global_step == 0) result_ = ValidationResult{};
+  // A fresh run forgets an earlier fit's result.
+  if (trainer.progress().global_step == 0) {
+    result_ = ValidationResult{};
+    return;
+  }
+  // A resumed one puts the restored result back into logs() (which a
+  // checkpoint does not hold), so the callbacks reading "val/loss" before the
+  // next evaluation (a CsvLogger's column) see what an uninterrupted run saw.
+  if (result_.global_step >= 0) write_logs(trainer);
+}
+
+void Validation::write_logs(Trainer& trainer) const {
+  auto& logs = trainer.logs();
+  logs[loss_key_] = result_.loss;
+  if (std::isnan(result_.accuracy))
+    logs.erase(accuracy_key_);
+  else
+    logs[accuracy_key_] = result_.accuracy;
 }
 
 void Validation::on_step_end(Trainer& trainer, const StepResult& step) {
@@ -114,12 +130,7 @@ const ValidationResult& Validation::evaluate(Trainer& trainer) {
   result_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result_.global_step = trainer.progress().global_step;
 
-  auto& logs = trainer.logs();
-  logs[loss_key_] = result_.loss;
-  if (std::isnan(result_.accuracy))
-    logs.erase(accuracy_key_);
-  else
-    logs[accuracy_key_] = result_.accuracy;
+  write_logs(trainer);
 
   // On a terminal a progress bar's line may be open (it is rewritten in place
   // until the bar ends it at the epoch's end, after this): erase it; the bar

@@ -51,6 +51,8 @@ class Validation : public Callback, public io::Stateful {
   /// one whole epoch of it.
   explicit Validation(std::shared_ptr<data::DataLoader> loader, ValidationOptions options = {});
 
+  /// A fresh run (step 0) forgets the last result; a resumed one writes the
+  /// restored result back into trainer.logs().
   void on_train_begin(Trainer& trainer) override;
   void on_step_end(Trainer& trainer, const StepResult& step) override;
   void on_epoch_end(Trainer& trainer) override;
@@ -80,6 +82,8 @@ class Validation : public Callback, public io::Stateful {
   void load_state(const io::State& state) override;
 
  private:
+  void write_logs(Trainer& trainer) const;  // result_ -> logs()["<prefix>loss"], ["<prefix>accuracy"]
+
   std::shared_ptr<data::DataLoader> loader_;
   ValidationOptions options_;
   std::string loss_key_, accuracy_key_, label_;
