@@ -2,15 +2,14 @@
 // lines, rotation and the best checkpoint, every N steps, save_now,
 // restore-best at train end, exact resume at an epoch end and mid-epoch with
 // fresh objects (the key test), a used folder refused, errors and state.
-#include "kiln/train/callbacks/checkpoint.h"
-
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
+#include "kiln/train/callbacks/checkpoint.h"
 #include "kiln/train/callbacks/csv_logger.h"
 #include "kiln/train/callbacks/early_stopping.h"
 #include "kiln/train/callbacks/progress_bar.h"
@@ -66,7 +65,8 @@ TEST(CheckpointCallback, PrintsKerasLinesRotatesAndKeepsTheBest) {
   std::string dir = testing::fresh_dir();
   TinyRun r;
   std::ostringstream out;
-  auto ckpt = std::make_shared<CheckpointCallback>(dir, CheckpointCallbackOptions{.keep_last = 1, .restore_best = false});
+  auto ckpt =
+      std::make_shared<CheckpointCallback>(dir, CheckpointCallbackOptions{.keep_last = 1, .restore_best = false});
   train::Trainer trainer(
       5, {std::make_shared<ScriptedMetric>("val/loss", std::vector<double>{0.4056, 0.3486, 0.36, 0.3, 0.31}), ckpt},
       testing::run_to(out));
@@ -97,8 +97,9 @@ TEST(CheckpointCallback, MaxModePrintsMinusInfinityFirst) {
   std::ostringstream out;
   auto ckpt = std::make_shared<CheckpointCallback>(
       dir, CheckpointCallbackOptions{.monitor = "val/accuracy", .mode = io::MetricMode::max, .min_delta = 0.05});
-  train::Trainer trainer(
-      3, {std::make_shared<ScriptedMetric>("val/accuracy", std::vector<double>{0.5, 0.54, 0.6}), ckpt}, testing::run_to(out));
+  train::Trainer trainer(3,
+                         {std::make_shared<ScriptedMetric>("val/accuracy", std::vector<double>{0.5, 0.54, 0.6}), ckpt},
+                         testing::run_to(out));
   trainer.fit(r.task, *r.loader);
   // 0.54 is not more than 0.05 better than 0.5; the best is the last epoch, so nothing is restored.
   EXPECT_EQ(out.str(),
@@ -113,7 +114,8 @@ TEST(CheckpointCallback, FallsBackToTheEpochTrainingLoss) {
   std::ostringstream out;
   train::Trainer trainer(1, {std::make_shared<CheckpointCallback>(dir)}, testing::run_to(out));
   train::History h = trainer.fit(r.task, *r.loader);
-  EXPECT_EQ(out.str(), fmt::format("epoch 1: loss improved from inf to {:.4f} — saving model\n", h.epochs[0].at("loss")));
+  EXPECT_EQ(out.str(),
+            fmt::format("epoch 1: loss improved from inf to {:.4f} — saving model\n", h.epochs[0].at("loss")));
 }
 
 TEST(CheckpointCallback, RestoresTheBestWeightsAndOptimizerAtTrainEnd) {
@@ -126,7 +128,8 @@ TEST(CheckpointCallback, RestoresTheBestWeightsAndOptimizerAtTrainEnd) {
     auto at4 = std::make_shared<CaptureAt>(r, 4);
     auto ckpt = std::make_shared<CheckpointCallback>(dir, CheckpointCallbackOptions{.restore_best = restore});
     std::ostringstream out;
-    train::Trainer trainer(4, {std::make_shared<ScriptedMetric>("val/loss", values), ckpt, at2, at4}, testing::run_to(out));
+    train::Trainer trainer(4, {std::make_shared<ScriptedMetric>("val/loss", values), ckpt, at2, at4},
+                           testing::run_to(out));
     trainer.fit(r.task, *r.loader);
     expect_equal(r.weights(), restore ? at2->weights : at4->weights);
     size_t i = 0;
@@ -158,11 +161,10 @@ TEST(CheckpointCallback, EveryNStepsAndSaveNowAreUnranked) {
   std::string dir = testing::fresh_dir();
   TinyRun r;
   std::ostringstream out;
-  auto ckpt =
-      std::make_shared<CheckpointCallback>(dir, CheckpointCallbackOptions{.keep_last = 10, .every_n_steps = 2});
+  auto ckpt = std::make_shared<CheckpointCallback>(dir, CheckpointCallbackOptions{.keep_last = 10, .every_n_steps = 2});
   auto now = std::make_shared<SaveNowAt>(ckpt, 3);
-  train::Trainer trainer(
-      2, {std::make_shared<ScriptedMetric>("val/loss", std::vector<double>{0.5, 0.4}), ckpt, now}, testing::run_to(out));
+  train::Trainer trainer(2, {std::make_shared<ScriptedMetric>("val/loss", std::vector<double>{0.5, 0.4}), ckpt, now},
+                         testing::run_to(out));
   trainer.fit(r.task, *r.loader);
   EXPECT_TRUE(now->applied);
   EXPECT_EQ(now->latest, dir + "/step-3.safetensors");
@@ -326,14 +328,13 @@ FullRun run_full(const std::string& dir, int64_t max_epochs, uint64_t init_seed)
   TinyRun r(init_seed);
   std::ostringstream out;
   auto ckpt = std::make_shared<CheckpointCallback>(dir + "/ckpt", CheckpointCallbackOptions{.keep_last = 2});
-  train::Trainer trainer(
-      max_epochs,
-      {std::make_shared<train::Validation>(r.val_loader),
-       std::make_shared<train::CsvLogger>(dir + "/metrics.csv",
-                                          train::CsvLoggerOptions{.log_keys = {"val/loss", "val/accuracy"}}),
-       std::make_shared<train::ProgressBar>(), std::make_shared<train::Summary>(),
-       std::make_shared<train::EarlyStopping>(train::EarlyStoppingOptions{.patience = 2}), ckpt},
-      testing::run_to(out));
+  train::Trainer trainer(max_epochs,
+                         {std::make_shared<train::Validation>(r.val_loader),
+                          std::make_shared<train::CsvLogger>(
+                              dir + "/metrics.csv", train::CsvLoggerOptions{.log_keys = {"val/loss", "val/accuracy"}}),
+                          std::make_shared<train::ProgressBar>(), std::make_shared<train::Summary>(),
+                          std::make_shared<train::EarlyStopping>(train::EarlyStoppingOptions{.patience = 2}), ckpt},
+                         testing::run_to(out));
   trainer.fit(r.task, *r.loader, ckpt->latest());
   return {out.str(), testing::read_bytes(dir + "/metrics.csv"), r.weights()};
 }
@@ -416,7 +417,8 @@ TEST(CheckpointCallback, Errors) {
   EXPECT_EQ(ckpt.state(), s);
   EXPECT_EQ(ckpt.best_epoch(), 3);
   s["best_step"] = "-2";
-  EXPECT_KILN_ERROR(ckpt.load_state(s), "[CheckpointCallback.load_state] best_epoch 3, best_step -2, last_epoch 4 out of range");
+  EXPECT_KILN_ERROR(ckpt.load_state(s),
+                    "[CheckpointCallback.load_state] best_epoch 3, best_step -2, last_epoch 4 out of range");
   s.erase("last_epoch");
   EXPECT_KILN_ERROR(ckpt.load_state(s), "[CheckpointCallback.load_state] state has no 'last_epoch'");
 }
@@ -430,8 +432,9 @@ TEST(ModelCheckpoint, KeepsOnlyTheBestWeightsInOneFile) {
   auto at2 = std::make_shared<CaptureAt>(r, 2);
   auto best = std::make_shared<ModelCheckpoint>(path);
   std::ostringstream out;
-  train::Trainer trainer(
-      3, {std::make_shared<ScriptedMetric>("val/loss", std::vector<double>{0.5, 0.3, 0.4}), best, at2}, testing::run_to(out));
+  train::Trainer trainer(3,
+                         {std::make_shared<ScriptedMetric>("val/loss", std::vector<double>{0.5, 0.3, 0.4}), best, at2},
+                         testing::run_to(out));
   trainer.fit(r.task, *r.loader);
   EXPECT_EQ(out.str(), fmt::format("epoch 1: val_loss improved from inf to 0.5000 — saving model to {0}\n"
                                    "epoch 2: val_loss improved from 0.5000 to 0.3000 — saving model to {0}\n"
@@ -457,8 +460,8 @@ TEST(ModelCheckpoint, MaxModeQuietAndResumable) {
   auto best = std::make_shared<ModelCheckpoint>(
       path, train::ModelCheckpointOptions{.monitor = "val/accuracy", .mode = io::MetricMode::max, .verbose = false});
   std::ostringstream out;
-  train::Trainer trainer(
-      2, {std::make_shared<ScriptedMetric>("val/accuracy", std::vector<double>{0.7, 0.6}), best}, testing::run_to(out));
+  train::Trainer trainer(2, {std::make_shared<ScriptedMetric>("val/accuracy", std::vector<double>{0.7, 0.6}), best},
+                         testing::run_to(out));
   trainer.fit(r.task, *r.loader);
   EXPECT_EQ(out.str(), "");
   EXPECT_EQ(best->state(), (io::State{{"best", "0.7"}, {"best_epoch", "1"}}));
@@ -476,9 +479,12 @@ TEST(ModelCheckpoint, MaxModeQuietAndResumable) {
 
 TEST(ModelCheckpoint, Errors) {
   std::string dir = testing::fresh_dir();
-  EXPECT_KILN_ERROR(ModelCheckpoint(dir + "/missing/best.safetensors"),
-                    fmt::format("[ModelCheckpoint] path '{0}/missing/best.safetensors': the folder '{0}/missing' does not exist", dir));
-  EXPECT_KILN_ERROR(ModelCheckpoint{dir}, fmt::format("[ModelCheckpoint] path '{}' is a folder; give a file name", dir));
+  EXPECT_KILN_ERROR(
+      ModelCheckpoint(dir + "/missing/best.safetensors"),
+      fmt::format("[ModelCheckpoint] path '{0}/missing/best.safetensors': the folder '{0}/missing' does not exist",
+                  dir));
+  EXPECT_KILN_ERROR(ModelCheckpoint{dir},
+                    fmt::format("[ModelCheckpoint] path '{}' is a folder; give a file name", dir));
   EXPECT_KILN_ERROR(ModelCheckpoint(""), "[ModelCheckpoint] path is empty");
   EXPECT_KILN_ERROR(ModelCheckpoint(dir + "/b", {.min_delta = -1}), "[ModelCheckpoint] min_delta is -1");
 

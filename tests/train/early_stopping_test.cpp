@@ -71,8 +71,8 @@ TEST(EarlyStopping, PatienceZeroStopsAtTheFirstEpochWithoutImprovement) {
 }
 
 TEST(EarlyStopping, MaxModeForAccuracies) {
-  Outcome o = run({0.5, 0.7, 0.8, 0.8, 0.79, 0.9},
-                  {.monitor = "val/accuracy", .patience = 2, .mode = io::MetricMode::max});
+  Outcome o =
+      run({0.5, 0.7, 0.8, 0.8, 0.79, 0.9}, {.monitor = "val/accuracy", .patience = 2, .mode = io::MetricMode::max});
   EXPECT_EQ(o.epochs, 5);
   EXPECT_EQ(o.out, "epoch 5: early stopping (val/accuracy did not improve for 2 epochs, best 0.8000 at epoch 3)\n");
 }
@@ -105,16 +105,18 @@ TEST(EarlyStopping, BaselineMustBeBeatenToRestartThePatience) {
   // the count goes on (1, 2) and 0.85 makes it 3.
   Outcome o = run({0.9, 0.8, 0.85, 0.4, 0.45}, {.patience = 3, .baseline = 0.5});
   EXPECT_EQ(o.epochs, 3);
-  EXPECT_EQ(o.out,
-            "epoch 3: early stopping (val/loss did not beat the baseline 0.5000 for 3 epochs, best 0.8000 at epoch 2)\n");
+  EXPECT_EQ(
+      o.out,
+      "epoch 3: early stopping (val/loss did not beat the baseline 0.5000 for 3 epochs, best 0.8000 at epoch 2)\n");
   // 0.4 beats the baseline and restarts the count.
   Outcome b = run({0.4, 0.45, 0.5, 0.1}, {.patience = 2, .baseline = 0.5});
   EXPECT_EQ(b.epochs, 3);
   EXPECT_EQ(b.out, "epoch 3: early stopping (val/loss did not improve for 2 epochs, best 0.4000 at epoch 1)\n");
   Outcome n = run({NAN, 0.7, 0.75, 0.1}, {.patience = 1, .baseline = 0.5});
   EXPECT_EQ(n.epochs, 3);
-  EXPECT_EQ(n.out,
-            "epoch 3: early stopping (val/loss did not beat the baseline 0.5000 for 3 epochs, best 0.7000 at epoch 2)\n");
+  EXPECT_EQ(
+      n.out,
+      "epoch 3: early stopping (val/loss did not beat the baseline 0.5000 for 3 epochs, best 0.7000 at epoch 2)\n");
 }
 
 TEST(EarlyStopping, TrainingLossNeedsNoValidation) {
@@ -137,15 +139,17 @@ TEST(EarlyStopping, MissingMonitorNamesTheKeysPresent) {
   TinyRun r;
   std::ostringstream out;
   train::Trainer trainer(2, {std::make_shared<EarlyStopping>()}, testing::run_to(out));
-  EXPECT_KILN_ERROR(trainer.fit(r.task, *r.loader),
-                    "[EarlyStopping] monitor 'val/loss' is not in trainer.logs() at the end of epoch 1 (present: "
-                    "accuracy, loss); register the callback that writes it (Validation for \"val/...\") before this one");
+  EXPECT_KILN_ERROR(
+      trainer.fit(r.task, *r.loader),
+      "[EarlyStopping] monitor 'val/loss' is not in trainer.logs() at the end of epoch 1 (present: "
+      "accuracy, loss); register the callback that writes it (Validation for \"val/...\") before this one");
   EXPECT_EQ(trainer.state(), train::RunState::failed);
 }
 
 TEST(EarlyStopping, OptionErrors) {
   EXPECT_KILN_ERROR(EarlyStopping({.patience = -1}), "[EarlyStopping] patience is -1; it must be >= 0");
-  EXPECT_KILN_ERROR(EarlyStopping({.min_delta = -0.1}), "[EarlyStopping] min_delta is -0.1; it must be a finite number >= 0");
+  EXPECT_KILN_ERROR(EarlyStopping({.min_delta = -0.1}),
+                    "[EarlyStopping] min_delta is -0.1; it must be a finite number >= 0");
   EXPECT_KILN_ERROR(EarlyStopping({.min_delta = NAN}), "[EarlyStopping] min_delta is nan");
   EXPECT_KILN_ERROR(EarlyStopping({.monitor = ""}), "[EarlyStopping] monitor is empty");
   EXPECT_KILN_ERROR(EarlyStopping({.baseline = NAN}), "[EarlyStopping] baseline is NaN");
@@ -168,7 +172,8 @@ TEST(EarlyStopping, StateRoundTripsAndBadStatesAreRefused) {
 
   io::State bad = s;
   bad["wait"] = "-1";
-  EXPECT_KILN_ERROR(fresh.load_state(bad), "[EarlyStopping.load_state] best_epoch 2, wait -1 and stopped_epoch 0 must be >= 0");
+  EXPECT_KILN_ERROR(fresh.load_state(bad),
+                    "[EarlyStopping.load_state] best_epoch 2, wait -1 and stopped_epoch 0 must be >= 0");
   bad = s;
   bad.erase("best");
   EXPECT_KILN_ERROR(fresh.load_state(bad), "[EarlyStopping.load_state] state has no 'best'");
@@ -219,7 +224,8 @@ TEST(EarlyStopping, ResumeCarriesThePatienceCounter) {
 
   // A fresh fit with the same callback starts over (step 0: state reset).
   TinyRun again;
-  train::Trainer fresh(2, {std::make_shared<ScriptedMetric>("val/loss", std::vector<double>{3, 2}), es}, testing::run_to(out));
+  train::Trainer fresh(2, {std::make_shared<ScriptedMetric>("val/loss", std::vector<double>{3, 2}), es},
+                       testing::run_to(out));
   fresh.fit(again.task, *again.loader);
   EXPECT_EQ(es->best(), 2.0);
   EXPECT_EQ(es->best_epoch(), 2);

@@ -282,8 +282,9 @@ TEST(Validation, Errors) {
   BadStep task(r.model, r.optimizer);
   std::ostringstream out;
   train::Trainer trainer(1, {std::make_shared<Validation>(r.val_loader)}, testing::run_to(out));
-  EXPECT_KILN_ERROR(trainer.fit(task, *r.loader),
-                    "[Validation] validation_step returned count 2 and correct 3; need count >= 0 and correct <= count");
+  EXPECT_KILN_ERROR(
+      trainer.fit(task, *r.loader),
+      "[Validation] validation_step returned count 2 and correct 3; need count >= 0 and correct <= count");
   EXPECT_TRUE(r.model->is_training());  // the mode was put back
   EXPECT_TRUE(GradMode::is_enabled());
 }

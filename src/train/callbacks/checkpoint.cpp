@@ -25,24 +25,25 @@ std::string metric_display_name(const std::string& monitor) {
 
 CheckpointCallback::CheckpointCallback(std::string dir, CheckpointCallbackOptions options)
     : options_(std::move(options)), display_name_(metric_display_name(options_.monitor)) {
-  KILN_CHECK(!options_.monitor.empty(), "CheckpointCallback", "monitor is empty; name a key of trainer.logs(), e.g. \"val/loss\"");
+  KILN_CHECK(!options_.monitor.empty(), "CheckpointCallback",
+             "monitor is empty; name a key of trainer.logs(), e.g. \"val/loss\"");
   KILN_CHECK(options_.every_n_steps >= 0, "CheckpointCallback",
              "every_n_steps is {}; it must be >= 0 (0: epoch ends only)", options_.every_n_steps);
   // The manager checks keep_last and min_delta, and the folder (created, writable).
   manager_ = std::make_unique<io::CheckpointManager>(std::move(dir), io::CheckpointManagerOptions{
-                                                                          .keep_last = options_.keep_last,
-                                                                          .keep_best = true,
-                                                                          .monitor = options_.monitor,
-                                                                          .mode = options_.mode,
-                                                                          .min_delta = options_.min_delta,
-                                                                      });
+                                                                         .keep_last = options_.keep_last,
+                                                                         .keep_best = true,
+                                                                         .monitor = options_.monitor,
+                                                                         .mode = options_.mode,
+                                                                         .min_delta = options_.min_delta,
+                                                                     });
 }
 
 void CheckpointCallback::on_train_begin(Trainer& trainer) {
   for (const std::string& problem : manager_->problems())
     trainer.out() << "checkpoint folder " << manager_->dir() << ": " << problem << '\n';
   last_saved_step_ = trainer.progress().global_step;  // resumed: the checkpoint holds this step
-  if (last_saved_step_ != 0) return;                   // resumed: the checkpoint restored our state too
+  if (last_saved_step_ != 0) return;                  // resumed: the checkpoint restored our state too
   // A fresh run would rank its checkpoints against another run's best and
   // could restore that run's weights at the end.
   std::optional<std::string> latest = manager_->latest();
@@ -67,8 +68,9 @@ void CheckpointCallback::on_epoch_end(Trainer& trainer) {
   auto it = logs.find(options_.monitor);
   bool fallback = it == logs.end();
   if (fallback) it = logs.find("loss");
-  KILN_CHECK(it != logs.end(), "CheckpointCallback", "trainer.logs() has neither '{}' nor 'loss' at the end of epoch {}",
-             options_.monitor, detail::epoch_number(trainer));
+  KILN_CHECK(it != logs.end(), "CheckpointCallback",
+             "trainer.logs() has neither '{}' nor 'loss' at the end of epoch {}", options_.monitor,
+             detail::epoch_number(trainer));
   double value = it->second;
   const std::string& name = fallback ? it->first : display_name_;
 
@@ -160,7 +162,8 @@ void CheckpointCallback::load_state(const io::State& state) {
 ModelCheckpoint::ModelCheckpoint(std::string path, ModelCheckpointOptions options)
     : path_(std::move(path)), options_(std::move(options)), display_name_(metric_display_name(options_.monitor)) {
   KILN_CHECK(!path_.empty(), "ModelCheckpoint", "path is empty");
-  KILN_CHECK(!options_.monitor.empty(), "ModelCheckpoint", "monitor is empty; name a key of trainer.logs(), e.g. \"val/loss\"");
+  KILN_CHECK(!options_.monitor.empty(), "ModelCheckpoint",
+             "monitor is empty; name a key of trainer.logs(), e.g. \"val/loss\"");
   detail::check_min_delta(options_.min_delta, "ModelCheckpoint");
   std::filesystem::path folder = std::filesystem::path(path_).parent_path();
   std::error_code ec;

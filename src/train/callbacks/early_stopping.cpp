@@ -13,7 +13,8 @@
 namespace kiln::train {
 
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : options_(std::move(options)) {
-  KILN_CHECK(!options_.monitor.empty(), "EarlyStopping", "monitor is empty; name a key of trainer.logs(), e.g. \"val/loss\"");
+  KILN_CHECK(!options_.monitor.empty(), "EarlyStopping",
+             "monitor is empty; name a key of trainer.logs(), e.g. \"val/loss\"");
   KILN_CHECK(options_.patience >= 0, "EarlyStopping", "patience is {}; it must be >= 0", options_.patience);
   detail::check_min_delta(options_.min_delta, "EarlyStopping");
   KILN_CHECK(!options_.baseline || !std::isnan(*options_.baseline), "EarlyStopping", "baseline is NaN");
@@ -51,8 +52,9 @@ void EarlyStopping::on_epoch_end(Trainer& trainer) {
   trainer.request_stop();
   // "did not beat the baseline" while no value has: the best may have improved meanwhile.
   bool below_baseline = options_.baseline && !improves(best_, *options_.baseline);
-  std::string what = below_baseline ? fmt::format("did not beat the baseline {}", detail::format_value(*options_.baseline))
-                                    : std::string("did not improve");
+  std::string what = below_baseline
+                         ? fmt::format("did not beat the baseline {}", detail::format_value(*options_.baseline))
+                         : std::string("did not improve");
   std::string best = best_epoch_ > 0 ? fmt::format("best {} at epoch {}", detail::format_value(best_), best_epoch_)
                                      : std::string("no finite value yet");
   trainer.out() << fmt::format("epoch {}: early stopping ({} {} for {} epoch{}, {})\n", epoch, options_.monitor, what,

@@ -35,9 +35,7 @@ inline bool is_improvement(double value, double reference, io::MetricMode mode, 
 }
 
 /// The value nothing has beaten yet: +inf in min mode, -inf in max mode.
-inline double worst_value(io::MetricMode mode) {
-  return mode == io::MetricMode::min ? INFINITY : -INFINITY;
-}
+inline double worst_value(io::MetricMode mode) { return mode == io::MetricMode::min ? INFINITY : -INFINITY; }
 
 /// The 1-based number of the epoch whose on_epoch_end is running.
 inline int64_t epoch_number(const Trainer& trainer) { return trainer.progress().epoch + 1; }

@@ -44,13 +44,15 @@ Validation::Validation(std::shared_ptr<data::DataLoader> loader, ValidationOptio
   KILN_CHECK(loader_ != nullptr, "Validation", "loader is null");
   KILN_CHECK(options_.every_n_steps >= 0, "Validation", "every_n_steps is {}; it must be >= 0 (0: epoch ends only)",
              options_.every_n_steps);
-  KILN_CHECK(!options_.prefix.empty(), "Validation", "prefix is empty; the logs keys would clash with training's \"loss\"");
+  KILN_CHECK(!options_.prefix.empty(), "Validation",
+             "prefix is empty; the logs keys would clash with training's \"loss\"");
   KILN_CHECK(loader_->size() > 0, "Validation", "the loader has no batches (data set of {} examples, batch size {})",
              loader_->dataset().size(), loader_->batch_size());
   loss_key_ = options_.prefix + "loss";
   accuracy_key_ = options_.prefix + "accuracy";
   // "val/" prints as "validation:"; another prefix ("test/") as "validation test:".
-  std::string bare = options_.prefix.back() == '/' ? options_.prefix.substr(0, options_.prefix.size() - 1) : options_.prefix;
+  std::string bare =
+      options_.prefix.back() == '/' ? options_.prefix.substr(0, options_.prefix.size() - 1) : options_.prefix;
   label_ = options_.prefix == "val/" ? "validation" : "validation " + bare;
 }
 

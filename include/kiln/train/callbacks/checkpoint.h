@@ -14,12 +14,13 @@
 // its weights and optimizer back: `restored best weights from epoch 3 (val_loss 0.3486)`.
 //
 //   auto ckpt = std::make_shared<train::CheckpointCallback>("runs/fmnist");
-//   train::Trainer trainer(10, {progress, validation, early_stopping, ckpt});   // ckpt last
+//   train::Trainer trainer(10, {validation, progress_bar, early_stopping, ckpt});   // ckpt last
 //   trainer.fit(task, loader, ckpt->latest());   // resumes when the folder has a checkpoint
 //
-// Register it AFTER Validation and EarlyStopping: the Trainer runs callbacks
-// in order, and the epoch's checkpoint must hold their state at the end of
-// that epoch (Validation's "val/loss", EarlyStopping's patience counter).
+// Register it AFTER Validation and EarlyStopping (last): the Trainer runs
+// callbacks in order, and the epoch's checkpoint must hold their state at the
+// end of that epoch (Validation's "val/loss", EarlyStopping's patience
+// counter, a CsvLogger's length). docs/checkpoint_callbacks.md.
 //
 // ModelCheckpoint keeps only the best model's weights, as one safetensors
 // file (loadable with io::Checkpoint().model(m).load(path) or any
@@ -84,10 +85,10 @@ class CheckpointCallback : public Callback, public io::Stateful {
 
   CheckpointCallbackOptions options_;
   std::unique_ptr<io::CheckpointManager> manager_;
-  std::string display_name_;  // monitor as Keras prints it: "val/loss" -> "val_loss"
-  int64_t best_epoch_ = 0;    // 1-based epoch of the best checkpoint; 0: none
-  int64_t best_step_ = -1;    // its global step
-  int64_t last_epoch_ = 0;    // 1-based epoch of the last epoch-end checkpoint
+  std::string display_name_;     // monitor as Keras prints it: "val/loss" -> "val_loss"
+  int64_t best_epoch_ = 0;       // 1-based epoch of the best checkpoint; 0: none
+  int64_t best_step_ = -1;       // its global step
+  int64_t last_epoch_ = 0;       // 1-based epoch of the last epoch-end checkpoint
   int64_t last_saved_step_ = 0;  // the global step of this run's last save (or of the checkpoint resumed from)
 };
 

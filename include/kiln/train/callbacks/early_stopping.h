@@ -5,9 +5,9 @@
 //
 //   std::make_shared<train::EarlyStopping>(train::EarlyStoppingOptions{.monitor = "val/loss", .patience = 3})
 //
-// It reads trainer.logs()[monitor] at each epoch end: "loss" and "accuracy"
-// (the epoch's training means) are always there, "val/loss" once a Validation
-// callback registered before it has run. Pair it with a CheckpointCallback
+// It reads trainer.logs()[monitor] at each epoch end: "loss" (the epoch's
+// training mean) is always there, "accuracy" when the steps classify,
+// "val/loss" once a Validation callback registered before it has run. Pair it with a CheckpointCallback
 // (restore_best) to end with the best weights (Keras' restore_best_weights).
 #pragma once
 
@@ -23,10 +23,10 @@
 namespace kiln::train {
 
 struct EarlyStoppingOptions {
-  std::string monitor = "val/loss";        // a key of trainer.logs()
-  int64_t patience = 3;                    // epochs without improvement tolerated (>= 0)
-  double min_delta = 0;                    // an improvement beats the best by more than this (>= 0)
-  io::MetricMode mode = io::MetricMode::min;  // min: lower is better (a loss); max: higher (an accuracy)
+  std::string monitor = "val/loss";               // a key of trainer.logs()
+  int64_t patience = 3;                           // epochs without improvement tolerated (>= 0)
+  double min_delta = 0;                           // an improvement beats the best by more than this (>= 0)
+  io::MetricMode mode = io::MetricMode::min;      // min: lower is better (a loss); max: higher (an accuracy)
   std::optional<double> baseline = std::nullopt;  // the patience counter restarts only on values better than this
 };
 

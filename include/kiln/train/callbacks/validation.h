@@ -8,13 +8,14 @@
 //   validation: loss 0.3486 · accuracy 0.8765 · 0.41s
 //
 //   auto val = std::make_shared<data::DataLoader>(test_set, data::DataLoaderOptions{.shuffle = false});
-//   train::Trainer trainer(10, {std::make_shared<train::ProgressBar>(),
-//                               std::make_shared<train::Validation>(val),          // writes "val/loss"
+//   train::Trainer trainer(10, {std::make_shared<train::Validation>(val),          // writes "val/loss"
+//                               std::make_shared<train::ProgressBar>(),            // shows it
 //                               std::make_shared<train::EarlyStopping>(),          // reads it
 //                               std::make_shared<train::CheckpointCallback>("runs/x")});
 //
-// Register it before the callbacks that read "val/loss": the Trainer runs
-// callbacks in registration order.
+// Register it before the callbacks that read "val/loss" (the progress bar,
+// the CSV logger, early stopping, checkpoints): the Trainer runs callbacks in
+// registration order. docs/checkpoint_callbacks.md.
 #pragma once
 
 #include <cstdint>
@@ -32,17 +33,18 @@ class DataLoader;
 namespace kiln::train {
 
 struct ValidationOptions {
-  int64_t every_n_steps = 0;  // also evaluate every N optimizer steps; 0: only at epoch ends
+  int64_t every_n_steps = 0;    // also evaluate every N optimizer steps; 0: only at epoch ends
   std::string prefix = "val/";  // logs keys: "<prefix>loss", "<prefix>accuracy"
 };
 
 // One evaluation: the whole validation epoch.
 struct ValidationResult {
-  double loss = std::numeric_limits<double>::quiet_NaN();      // sample-weighted mean of the steps' losses
-  double accuracy = std::numeric_limits<double>::quiet_NaN();  // correct / samples of the steps reporting it; NaN: none did
-  int64_t count = 0;                                           // samples evaluated
-  double seconds = 0;                                          // wall time of the evaluation
-  int64_t global_step = -1;                                    // the training step it evaluated; -1: none yet
+  double loss = std::numeric_limits<double>::quiet_NaN();  // sample-weighted mean of the steps' losses
+  double accuracy =
+      std::numeric_limits<double>::quiet_NaN();  // correct / samples of the steps reporting it; NaN: none did
+  int64_t count = 0;                             // samples evaluated
+  double seconds = 0;                            // wall time of the evaluation
+  int64_t global_step = -1;                      // the training step it evaluated; -1: none yet
 };
 
 class Validation : public Callback, public io::Stateful {
