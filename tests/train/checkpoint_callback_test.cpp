@@ -116,6 +116,21 @@ TEST(CheckpointCallback, FallsBackToTheEpochTrainingLoss) {
   train::History h = trainer.fit(r.task, *r.loader);
   EXPECT_EQ(out.str(),
             fmt::format("epoch 1: loss improved from inf to {:.4f} — saving model\n", h.epochs[0].at("loss")));
+
+  // The restore line names what ranked the checkpoints.
+  std::string dir2 = testing::fresh_dir("2");
+  TinyRun r2;
+  std::ostringstream out2;
+  train::Trainer trainer2(3,
+                          {std::make_shared<ScriptedMetric>("loss", std::vector<double>{0.5, 0.3, 0.4}),
+                           std::make_shared<CheckpointCallback>(dir2)},
+                          testing::run_to(out2));
+  trainer2.fit(r2.task, *r2.loader);
+  EXPECT_EQ(out2.str(),
+            "epoch 1: loss improved from inf to 0.5000 — saving model\n"
+            "epoch 2: loss improved from 0.5000 to 0.3000 — saving model\n"
+            "epoch 3: loss did not improve from 0.3000\n"
+            "restored best weights from epoch 2 (loss 0.3000)\n");
 }
 
 TEST(CheckpointCallback, RestoresTheBestWeightsAndOptimizerAtTrainEnd) {

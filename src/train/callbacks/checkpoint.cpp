@@ -24,7 +24,7 @@ std::string metric_display_name(const std::string& monitor) {
 // ---- CheckpointCallback ----
 
 CheckpointCallback::CheckpointCallback(std::string dir, CheckpointCallbackOptions options)
-    : options_(std::move(options)), display_name_(metric_display_name(options_.monitor)) {
+    : options_(std::move(options)), display_name_(metric_display_name(options_.monitor)), ranked_by_(display_name_) {
   KILN_CHECK(!options_.monitor.empty(), "CheckpointCallback",
              "monitor is empty; name a key of trainer.logs(), e.g. \"val/loss\"");
   KILN_CHECK(options_.every_n_steps >= 0, "CheckpointCallback",
@@ -73,6 +73,7 @@ void CheckpointCallback::on_epoch_end(Trainer& trainer) {
              detail::epoch_number(trainer));
   double value = it->second;
   const std::string& name = fallback ? it->first : display_name_;
+  ranked_by_ = name;
 
   int64_t epoch = detail::epoch_number(trainer);
   std::optional<double> previous = manager_->best_metric();
@@ -115,7 +116,7 @@ void CheckpointCallback::on_train_end(Trainer& trainer) {
   io::Checkpoint ckpt;
   trainer.task().checkpoint_objects(ckpt);
   ckpt.load(*path);
-  trainer.out() << fmt::format("restored best weights from epoch {} ({} {})\n", best_epoch_, display_name_,
+  trainer.out() << fmt::format("restored best weights from epoch {} ({} {})\n", best_epoch_, ranked_by_,
                                detail::format_value(manager_->best_metric().value_or(NAN)))
                 << std::flush;
 }

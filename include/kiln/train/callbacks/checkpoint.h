@@ -86,6 +86,7 @@ class CheckpointCallback : public Callback, public io::Stateful {
   CheckpointCallbackOptions options_;
   std::unique_ptr<io::CheckpointManager> manager_;
   std::string display_name_;     // monitor as Keras prints it: "val/loss" -> "val_loss"
+  std::string ranked_by_;        // the name printed at the last epoch end: display_name_, or "loss" (fallback)
   int64_t best_epoch_ = 0;       // 1-based epoch of the best checkpoint; 0: none
   int64_t best_step_ = -1;       // its global step
   int64_t last_epoch_ = 0;       // 1-based epoch of the last epoch-end checkpoint
