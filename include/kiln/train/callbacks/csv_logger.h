@@ -1,0 +1,92 @@
+// CsvLogger (T5): one CSV row per optimizer step (spec 002
+// CsvLoggerCallback), units in the column names:
+//
+//   epoch,step,global_step,loss,accuracy,lr,elapsed_s,step_ms,samples_per_s
+//   1,1,1,2.30258512,0.125,0.001,0.0012,1.2,53333.3
+//
+//   auto csv = std::make_shared<train::CsvLogger>("run/log.csv", train::CsvLoggerOptions{.log_keys = {"val/loss"}});
+//
+// epoch and step are 1-based (as the progress bar prints them); loss and
+// accuracy are the step's own (accuracy empty when the step does not
+// classify); lr is the optimizer's (group 0) during the step; elapsed_s the
+// training seconds so far; step_ms the step's wall time and samples_per_s its
+// samples over it. log_keys add one column each: the key's latest value in
+// Trainer::logs() when the row is written, empty while it has none.
+//
+// Rows go through a buffered FILE*, flushed at each epoch end, and flushed and
+// fsynced at train end and whenever a checkpoint takes the logger's state.
+// Resume: the checkpoint ("csv_logger") holds the file's length as of the
+// checkpoint; resuming truncates the file to it (dropping rows a killed run
+// wrote after the checkpoint) and appends, so the file equals an uninterrupted
+// run's. Register the CsvLogger before the callback that saves checkpoints, so
+// the row of the step a checkpoint is taken at is already written.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/io/checkpoint.h"
+#include "kiln/train/callback.h"
+
+namespace kiln::train {
+
+struct CsvLoggerOptions {
+  /// true: a fresh run appends to an existing file with the same header;
+  /// false: a fresh run truncates it. A resumed run always continues the file.
+  bool append = true;
+  /// Trainer::logs() keys written as extra columns ("val/loss", "val/accuracy").
+  std::vector<std::string> log_keys = {};
+};
+
+class CsvLogger : public Callback, public io::Stateful {
+ public:
+  explicit CsvLogger(std::string path, CsvLoggerOptions options = {});
+  ~CsvLogger() override;
+  CsvLogger(const CsvLogger&) = delete;
+  CsvLogger& operator=(const CsvLogger&) = delete;
+
+  void on_train_begin(Trainer& trainer) override;
+  void on_step_begin(Trainer& trainer) override;
+  void on_step_end(Trainer& trainer, const StepResult& step) override;
+  void on_epoch_end(Trainer& trainer) override;
+  void on_train_end(Trainer& trainer) override;
+  void checkpoint_objects(io::Checkpoint& ckpt) override;
+
+  const std::string& path() const { return path_; }
+  /// The header line, without '\n'.
+  std::string header() const;
+  /// Rows written (over every leg of a resumed run), the header not counted.
+  int64_t rows() const { return rows_; }
+
+  /// {"bytes": the file's length, "rows", "global_step": of the last row}. Flushes
+  /// and fsyncs the file first, so the length is on disk with the checkpoint.
+  io::State state() const override;
+  /// Checks the file is at least that long and starts with this header; the
+  /// truncation happens at once when the file is open, else when training begins.
+  void load_state(const io::State& state) override;
+
+ private:
+  void open();
+  void close();
+  void flush(bool sync) const;
+  void truncate_to(int64_t bytes);
+  void check_resumable(int64_t bytes) const;
+
+  std::string path_;
+  CsvLoggerOptions options_;
+  std::FILE* file_ = nullptr;
+  int64_t bytes_ = 0;                // the file's length including what sits in the FILE buffer
+  int64_t rows_ = 0;
+  int64_t last_global_step_ = -1;    // of the last row; -1: none in this run
+  std::optional<int64_t> resume_bytes_;  // loaded before the file was opened
+  bool resumed_ = false;
+  double lr_ = 0;                    // the optimizer's lr at on_step_begin
+  std::chrono::steady_clock::time_point step_start_{};
+  std::string row_;                  // reused per row
+};
+
+}  // namespace kiln::train

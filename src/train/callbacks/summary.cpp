@@ -1,0 +1,81 @@
+// Summary: counts steps, samples, losses and training seconds; prints them at
+// train end.
+#include "kiln/train/callbacks/summary.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <ostream>
+
+#include "kiln/core/error.h"
+#include "kiln/train/callbacks/progress_bar.h"
+#include "kiln/train/trainer.h"
+
+namespace kiln::train {
+
+void Summary::on_train_begin(Trainer& trainer) {
+  seconds_at_begin_ = seconds_;
+  elapsed_at_begin_ = trainer.elapsed();
+}
+
+void Summary::on_step_end(Trainer& trainer, const StepResult& step) {
+  if (steps_ == 0) initial_loss_ = step.loss;
+  final_loss_ = step.loss;
+  loss_sum_ += step.loss;
+  ++steps_;
+  samples_ += step.count;
+  seconds_ = seconds_at_begin_ + (trainer.elapsed() - elapsed_at_begin_);
+}
+
+double Summary::mean_loss() const { return steps_ > 0 ? loss_sum_ / static_cast<double>(steps_) : kNaN; }
+
+std::string Summary::text(int64_t batch_size, int64_t tokens_per_sample) const {
+  if (steps_ == 0) return "summary: no steps\n";
+  std::string s = fmt::format("summary: loss: initial {:.4f} · final {:.4f} · mean {:.4f}\n", initial_loss_,
+                              final_loss_, mean_loss());
+  const double ms = seconds_ * 1e3 / static_cast<double>(steps_);
+  const double samples_per_s = seconds_ > 0 ? static_cast<double>(samples_) / seconds_ : 0.0;
+  s += fmt::format("Wall: {} ms/step · {} sample/s", format_ms(ms), format_rate(samples_per_s));
+  if (tokens_per_sample > 0)
+    s += fmt::format(" · {} token/s", format_rate(samples_per_s * static_cast<double>(tokens_per_sample)));
+  s += fmt::format("\nrun: {:.2f}s · {} steps · batch {}", seconds_, steps_, batch_size);
+  if (tokens_per_sample > 0) s += fmt::format(" · sequence {} token/sample", tokens_per_sample);
+  s += '\n';
+  return s;
+}
+
+void Summary::on_train_end(Trainer& trainer) {
+  trainer.out() << text(trainer.batch_size(), trainer.run().tokens_per_sample) << std::flush;
+}
+
+void Summary::checkpoint_objects(io::Checkpoint& ckpt) { ckpt.state("summary", *this); }
+
+io::State Summary::state() const {
+  return {{"steps", fmt::format("{}", steps_)},
+          {"samples", fmt::format("{}", samples_)},
+          {"seconds", fmt::format("{}", seconds_)},
+          {"loss_sum", fmt::format("{}", loss_sum_)},
+          {"initial_loss", fmt::format("{}", initial_loss_)},
+          {"final_loss", fmt::format("{}", final_loss_)}};
+}
+
+void Summary::load_state(const io::State& state) {
+  const char* op = "Summary";
+  const int64_t steps = io::state_i64(state, "steps", op);
+  const int64_t samples = io::state_i64(state, "samples", op);
+  const double seconds = io::state_f64(state, "seconds", op);
+  const double loss_sum = io::state_f64(state, "loss_sum", op);
+  const double initial = io::state_f64(state, "initial_loss", op);
+  const double final_loss = io::state_f64(state, "final_loss", op);
+  KILN_CHECK(steps >= 0 && samples >= 0, op, "state has steps {} and samples {}; both must be >= 0", steps, samples);
+  KILN_CHECK(std::isfinite(seconds) && seconds >= 0, op, "state 'seconds' is {}, not a duration >= 0", seconds);
+  steps_ = steps;
+  samples_ = samples;
+  seconds_ = seconds;
+  loss_sum_ = loss_sum;
+  initial_loss_ = initial;
+  final_loss_ = final_loss;
+  seconds_at_begin_ = seconds_;
+}
+
+}  // namespace kiln::train
