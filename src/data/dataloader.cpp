@@ -70,7 +70,6 @@ struct DataLoader::Impl {
   std::vector<Batch> pool;       // prefetch + 2 buffers, allocated at the first batch
   std::vector<uint64_t> filled;  // filled[i]: the fill that last used pool[i] (0: none yet)
   uint64_t fills = 0;
-  int64_t allocations = 0;  // buffers allocated so far (for tests and docs)
 
   // ---- the worker, guarded by mutex ----
   std::thread worker;
@@ -93,7 +92,6 @@ struct DataLoader::Impl {
   }
 
   Batch new_buffer() {
-    ++allocations;
     return {allocate_rows(batch_size, in_row, in_dtype),
             has_target ? allocate_rows(batch_size, tgt_row, tgt_dtype) : Tensor()};
   }
