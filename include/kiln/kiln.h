@@ -58,4 +58,8 @@
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/checkpoint_manager.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/data/dataloader.h"
+#include "kiln/data/dataset.h"
+#include "kiln/data/fashion_mnist.h"
 #include "kiln/data/sampler.h"
+#include "kiln/data/text.h"

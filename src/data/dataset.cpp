@@ -9,8 +9,20 @@
 #include <cstring>
 
 #include "kiln/core/error.h"
+#include "src/data/batch_checks.h"
 
 namespace kiln::data {
+
+void check_batch_part(const char* op, const char* what, const Tensor& out, int64_t n, std::span<const int64_t> row,
+                      DType dtype) {
+  KILN_CHECK(out.defined(), op, "the batch's {} is undefined", what);
+  bool shape_ok = out.dim() == int64_t(row.size()) + 1 && out.size(0) == n &&
+                  std::equal(row.begin(), row.end(), out.shape().begin() + 1);
+  KILN_CHECK(shape_ok && out.dtype() == dtype, op, "the batch's {} is {}, expected [{}{}{}] {}", what, describe(out), n,
+             row.empty() ? "" : ", ", fmt::join(row, ", "), name(dtype));
+  KILN_CHECK(out.is_contiguous(), op, "the batch's {} must be contiguous", what);
+}
+
 namespace {
 
 // Row `i` of a contiguous [N, ...] tensor as a view [...], without the ops
@@ -19,17 +31,6 @@ Tensor row_view(const Tensor& t, int64_t i) {
   Shape shape(std::span<const int64_t>(t.shape().data() + 1, t.shape().size() - 1));
   int64_t row = numel(shape);
   return Tensor::make_view(t.storage(), shape, contiguous_strides(shape), t.storage_offset() + i * row, t.dtype());
-}
-
-// out must be a contiguous [n, row...] tensor of `dtype` (n = indices.size()).
-void check_out(const char* op, const char* what, const Tensor& out, int64_t n, std::span<const int64_t> row,
-               DType dtype) {
-  KILN_CHECK(out.defined(), op, "the batch's {} is undefined", what);
-  bool shape_ok = out.dim() == int64_t(row.size()) + 1 && out.size(0) == n &&
-                  std::equal(row.begin(), row.end(), out.shape().begin() + 1);
-  KILN_CHECK(shape_ok && out.dtype() == dtype, op, "the batch's {} is {}, expected [{}{}{}] {}", what, describe(out), n,
-             row.empty() ? "" : ", ", fmt::join(row, ", "), name(dtype));
-  KILN_CHECK(out.is_contiguous(), op, "the batch's {} must be contiguous", what);
 }
 
 // Copies `src` (any layout) into the contiguous row `dst` of the same shape.
@@ -46,14 +47,14 @@ void Dataset::gather(std::span<const int64_t> indices, Batch& out) const {
   KILN_CHECK(out.input.defined() && out.input.dim() >= 1 && out.input.size(0) == n, op,
              "the batch's input is {}, expected {} rows", describe(out.input), n);
   std::span<const int64_t> in_row(out.input.shape().data() + 1, out.input.shape().size() - 1);
-  check_out(op, "input", out.input, n, in_row, out.input.dtype());
+  check_batch_part(op, "input", out.input, n, in_row, out.input.dtype());
   const bool has_target = out.target.defined();
   std::span<const int64_t> tgt_row;
   if (has_target) {
     KILN_CHECK(out.target.dim() >= 1 && out.target.size(0) == n, op, "the batch's target is {}, expected {} rows",
                describe(out.target), n);
     tgt_row = std::span<const int64_t>(out.target.shape().data() + 1, out.target.shape().size() - 1);
-    check_out(op, "target", out.target, n, tgt_row, out.target.dtype());
+    check_batch_part(op, "target", out.target, n, tgt_row, out.target.dtype());
   }
   auto* in_dst = static_cast<char*>(out.input.data_ptr());
   const size_t in_bytes = size_t(numel(in_row) * out.input.itemsize());
@@ -82,8 +83,7 @@ TensorDataset::TensorDataset(Tensor inputs, Tensor targets) {
   KILN_CHECK(inputs.defined() && targets.defined(), op, "inputs and targets must be defined, got {} and {}",
              describe(inputs), describe(targets));
   KILN_CHECK(inputs.dim() >= 1 && targets.dim() >= 1, op,
-             "inputs and targets need a first (example) dimension, got {} and {}", describe(inputs),
-             describe(targets));
+             "inputs and targets need a first (example) dimension, got {} and {}", describe(inputs), describe(targets));
   KILN_CHECK(inputs.size(0) == targets.size(0), op,
              "inputs and targets must have the same first dimension, got {} and {}", describe(inputs),
              describe(targets));
@@ -107,8 +107,8 @@ void TensorDataset::gather(std::span<const int64_t> indices, Batch& out) const {
   const int64_t n = int64_t(indices.size()), size = inputs_.size(0);
   std::span<const int64_t> in_row(inputs_.shape().data() + 1, inputs_.shape().size() - 1);
   std::span<const int64_t> tgt_row(targets_.shape().data() + 1, targets_.shape().size() - 1);
-  check_out(op, "input", out.input, n, in_row, inputs_.dtype());
-  check_out(op, "target", out.target, n, tgt_row, targets_.dtype());
+  check_batch_part(op, "input", out.input, n, in_row, inputs_.dtype());
+  check_batch_part(op, "target", out.target, n, tgt_row, targets_.dtype());
   // Row bytes = numel / N * itemsize; [64, 1, 28, 28] f32 is 64 copies of 3136 bytes.
   const size_t in_bytes = size_t(numel(in_row) * inputs_.itemsize());
   const size_t tgt_bytes = size_t(numel(tgt_row) * targets_.itemsize());

@@ -17,19 +17,15 @@ namespace kiln::train {
 namespace {
 
 // dst = src, reusing dst's nodes and strings: in the steady state (the same
-// keys every step) this copies doubles only, so the per-step poll allocates
-// nothing. A changed key set (a callback added "val/loss") copies the map.
+// keys every step) this is one walk over both maps copying doubles, so the
+// per-step poll allocates nothing. A changed key set (a callback added
+// "val/loss") copies the map.
 void copy_logs(const std::map<std::string, double>& src, std::map<std::string, double>& dst) {
   if (src.size() == dst.size()) {
     auto d = dst.begin();
-    for (auto s = src.begin(); s != src.end(); ++s, ++d)
-      if (s->first != d->first) {
-        dst = src;
-        return;
-      }
-    d = dst.begin();
-    for (auto s = src.begin(); s != src.end(); ++s, ++d) d->second = s->second;
-    return;
+    auto s = src.begin();
+    for (; s != src.end() && s->first == d->first; ++s, ++d) d->second = s->second;
+    if (s == src.end()) return;
   }
   dst = src;
 }
@@ -74,7 +70,7 @@ uint64_t Control::submit(Command command) {
   if (ended_) {
     // Nothing will poll again: answer now (in id order, since the queue was
     // emptied by end()).
-    CommandResult r{.id = id, .command = std::move(command), .applied = false};
+    CommandResult r{.id = id, .command = std::move(command), .applied = false, .message = {}, .global_step = 0};
     r.message = fmt::format("training has ended ({})", to_string(snapshot_.state));
     r.global_step = snapshot_.progress.global_step;
     answer(std::move(r));
@@ -86,6 +82,9 @@ uint64_t Control::submit(Command command) {
 }
 
 std::optional<CommandResult> Control::wait(uint64_t id, std::chrono::milliseconds timeout) const {
+  // A wait "forever" (milliseconds::max()) would overflow the deadline
+  // now + timeout into the past: a year is forever enough.
+  timeout = std::min(timeout, std::chrono::milliseconds(std::chrono::hours(24 * 365)));
   std::unique_lock lock(mu_);
   KILN_CHECK(id >= 1 && id < next_id_, "Control.wait", "no command has id {} (ids submitted so far: {})", id,
              next_id_ == 1 ? std::string("none") : fmt::format("1..{}", next_id_ - 1));
@@ -116,6 +115,9 @@ void Control::begin(Trainer& trainer) {
   std::lock_guard lock(mu_);
   ended_ = false;  // a Trainer may fit() again; what came between was rejected
   paused_ = false;
+  // Fixed for the whole fit: the loader and max_epochs do not change.
+  snapshot_.max_epochs = trainer.max_epochs();
+  snapshot_.steps_per_epoch = trainer.steps_per_epoch();
   publish(trainer);
 }
 
@@ -124,7 +126,17 @@ void Control::poll(Trainer& trainer) {
   publish(trainer);
   if (queue_.empty()) return;  // the every-step case
 
-  std::optional<Trainer::ClockPause> clock;  // held while paused: a pause is not training time
+  // The training clock stands still while paused: a pause is not training time.
+  struct PausedClock {
+    Trainer& trainer;
+    bool on = false;
+    void set(bool paused) {
+      if (paused == on) return;
+      paused ? trainer.pause_clock_begin() : trainer.pause_clock_end();
+      on = paused;
+    }
+    ~PausedClock() { set(false); }
+  } clock{trainer};
   for (;;) {
     while (!queue_.empty()) {
       auto [id, command] = std::move(queue_.front());
@@ -133,8 +145,7 @@ void Control::poll(Trainer& trainer) {
       // reading the last snapshot and submitting meanwhile.
       lock.unlock();
       CommandResult result = apply(trainer, id, command);
-      if (paused_ && !clock) clock.emplace(trainer);
-      if (!paused_) clock.reset();
+      clock.set(paused_);
       lock.lock();
       publish(trainer);  // before the answer, so a woken waiter sees its effect
       answer(std::move(result));
@@ -154,7 +165,7 @@ void Control::end(Trainer& trainer, RunState final_state) {
   publish(trainer);
   while (!queue_.empty()) {
     auto& [id, command] = queue_.front();
-    CommandResult r{.id = id, .command = std::move(command), .applied = false};
+    CommandResult r{.id = id, .command = std::move(command), .applied = false, .message = {}, .global_step = 0};
     r.message = fmt::format("training has ended ({})", to_string(final_state));
     r.global_step = trainer.progress().global_step;
     queue_.pop_front();
@@ -165,7 +176,7 @@ void Control::end(Trainer& trainer, RunState final_state) {
 // ---- private ----
 
 CommandResult Control::apply(Trainer& trainer, uint64_t id, const Command& command) {
-  CommandResult r{.id = id, .command = command};
+  CommandResult r{.id = id, .command = command, .applied = false, .message = {}, .global_step = 0};
   auto done = [&](bool applied, std::string message) {
     r.applied = applied;
     r.message = std::move(message);
@@ -241,8 +252,7 @@ CommandResult Control::apply(Trainer& trainer, uint64_t id, const Command& comma
         done(true, fmt::format("{} {} -> {}", command.name, old, opt.get(command.name)));
         break;
       }
-      default:
-        done(false, fmt::format("unknown command kind {}", int(command.kind)));
+      default: done(false, fmt::format("unknown command kind {}", int(command.kind)));
     }
   } catch (const std::exception& e) {
     done(false, e.what());
@@ -264,8 +274,6 @@ void Control::publish(const Trainer& trainer) {
   Snapshot& s = snapshot_;
   s.state = trainer.state();
   s.progress = trainer.progress();
-  s.max_epochs = trainer.max_epochs();
-  s.steps_per_epoch = trainer.steps_per_epoch();
   s.elapsed = trainer.elapsed();
   copy_logs(trainer.logs(), s.logs);
 }

@@ -66,16 +66,14 @@ std::vector<int64_t> flat(const std::vector<std::vector<int64_t>>& batches) {
 }
 
 class DataLoaderP : public ::testing::TestWithParam<int> {};
-INSTANTIATE_TEST_SUITE_P(Prefetch, DataLoaderP, ::testing::Values(0, 2), [](const auto& info) {
-  return "prefetch" + std::to_string(info.param);
-});
+INSTANTIATE_TEST_SUITE_P(Prefetch, DataLoaderP, ::testing::Values(0, 2),
+                         [](const auto& info) { return "prefetch" + std::to_string(info.param); });
 
 TEST_P(DataLoaderP, SequentialBatchesAndTheShortLastOne) {
   DataLoader loader(numbered(10), {.batch_size = 4, .shuffle = false, .prefetch = GetParam()});
   EXPECT_EQ(loader.size(), 3);
   EXPECT_EQ(loader.samples_per_epoch(), 10);
-  EXPECT_EQ(rest_of_epoch(loader),
-            (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9}}));
+  EXPECT_EQ(rest_of_epoch(loader), (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9}}));
   EXPECT_TRUE(loader.epoch_done());
   EXPECT_EQ(loader.position(), 3);
   EXPECT_FALSE(loader.next().has_value());
@@ -232,7 +230,7 @@ TEST_P(DataLoaderP, AnExceptionInGatherIsRethrownOnTheCallersThread) {
   EXPECT_EQ(loader.next()->target.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2}));
   EXPECT_EQ(loader.next()->target.to_vector<int64_t>(), (std::vector<int64_t>{3, 4, 5}));
   EXPECT_KILN_ERROR(loader.next(), "[Broken.get] cannot read example 6");
-  EXPECT_EQ(loader.position(), 2);  // the failed batch was not handed out
+  EXPECT_EQ(loader.position(), 2);                                         // the failed batch was not handed out
   EXPECT_KILN_ERROR(loader.next(), "[Broken.get] cannot read example 6");  // retried, fails again
   loader.next_epoch();
   const std::vector<float> first{0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2};
@@ -246,7 +244,8 @@ TEST_P(DataLoaderP, ExamplesOfDifferingShapesAreAnError) {
   });
   DataLoader loader(ds, {.batch_size = 4, .shuffle = false, .prefetch = GetParam()});
   loader.next();
-  EXPECT_KILN_ERROR(loader.next(), "[Dataset.gather] example 5 has input [3, 2] f32, but the batch's rows are [2, 3] f32");
+  EXPECT_KILN_ERROR(loader.next(),
+                    "[Dataset.gather] example 5 has input [3, 2] f32, but the batch's rows are [2, 3] f32");
 
   auto ints = std::make_shared<FnDataset>(4, [](int64_t i) {
     return Example{full({2, 3}, 1.0, {.dtype = i == 2 ? kF64 : kF32}), scalar_tensor(i, {.dtype = kI64})};
@@ -316,12 +315,14 @@ TEST(TensorDataset, RowsAreExamplesAndBadInputsAreRefused) {
   std::vector<int64_t> bad{0, 7};
   EXPECT_KILN_ERROR(ds->gather(bad, out), "[TensorDataset.gather] index 7 is out of range for 5 examples");
   Batch wrong{empty({2, 6}), empty({2}, {.dtype = kI64})};
-  EXPECT_KILN_ERROR(ds->gather(idx, wrong), "[TensorDataset.gather] the batch's input is [2, 6] f32, expected [2, 2, 3] f32");
+  EXPECT_KILN_ERROR(ds->gather(idx, wrong),
+                    "[TensorDataset.gather] the batch's input is [2, 6] f32, expected [2, 2, 3] f32");
   Batch wrong_dtype{empty({2, 2, 3}), empty({2}, {.dtype = kI32})};
   EXPECT_KILN_ERROR(ds->gather(idx, wrong_dtype), "the batch's target is [2] i32, expected [2] i64");
 
-  EXPECT_KILN_ERROR(TensorDataset(zeros({4, 2}), zeros({5})),
-                    "[TensorDataset] inputs and targets must have the same first dimension, got [4, 2] f32 and [5] f32");
+  EXPECT_KILN_ERROR(
+      TensorDataset(zeros({4, 2}), zeros({5})),
+      "[TensorDataset] inputs and targets must have the same first dimension, got [4, 2] f32 and [5] f32");
   EXPECT_KILN_ERROR(TensorDataset(zeros({}), zeros({1})), "need a first (example) dimension");
   EXPECT_KILN_ERROR(TensorDataset(Tensor(), zeros({1})), "inputs and targets must be defined");
 

@@ -78,8 +78,9 @@ class Control {
   /// rejected at once.
   uint64_t submit(Command command);
   /// The answer to command `id`, waiting up to `timeout` for it; nullopt on
-  /// timeout or when the answer has already left the ring. An id never
-  /// returned by submit() is a kiln::Error.
+  /// timeout or when the answer has already left the ring (then at once).
+  /// milliseconds::max() waits as long as it takes. An id never returned by
+  /// submit() is a kiln::Error.
   std::optional<CommandResult> wait(uint64_t id,
                                     std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
   RunState state() const;
