@@ -13,12 +13,12 @@
 namespace kiln::train {
 namespace {
 
-using testing::ScriptedTask;
 using testing::Rig;
+using testing::ScriptedTask;
 
 io::State spec_example_state() {
   // The spec's example run: 4686 steps of batch 64 in 0.32 s.
-  return {{"steps", "4686"},         {"samples", "299904"},        {"seconds", "0.32"},
+  return {{"steps", "4686"},         {"samples", "299904"},      {"seconds", "0.32"},
           {"loss_sum", "2254.8952"}, {"initial_loss", "2.6558"}, {"final_loss", "0.2965"}};
 }
 
@@ -97,7 +97,8 @@ TEST(Summary, ResumedRunCoversTheWholeRun) {
 
   {  // a leg that checkpoints at step 4 and dies after step 5
     Rig<> s;
-    Trainer(2, {std::make_shared<Summary>(), std::make_shared<testing::SaveAt>(4, ckpt)}, {.max_steps = 5, .out = &sink, .tty = false})
+    Trainer(2, {std::make_shared<Summary>(), std::make_shared<testing::SaveAt>(4, ckpt)},
+            {.max_steps = 5, .out = &sink, .tty = false})
         .fit(s.task, s.loader);
   }
   Rig<> s;
