@@ -79,6 +79,20 @@ TEST(Summary, PrintedAtTrainEnd) {
   EXPECT_GT(summary->seconds(), 0);
 }
 
+TEST(Summary, ASecondFreshFitCountsOnlyItself) {
+  Rig<ScriptedTask> s;
+  std::ostringstream out;
+  auto summary = std::make_shared<Summary>();
+  Trainer(2, {summary}, {.out = &out, .tty = false}).fit(s.task, s.loader);
+  Trainer(1, {summary}, {.out = &out, .tty = false}).fit(s.task, s.loader);
+  // The task's script goes on: steps 7-9 report 0.5, 0.25, 0.
+  EXPECT_EQ(summary->steps(), 3);
+  EXPECT_EQ(summary->samples(), 24);
+  EXPECT_EQ(summary->initial_loss(), 0.5);
+  EXPECT_EQ(summary->final_loss(), 0.0);
+  EXPECT_EQ(summary->mean_loss(), 0.25);
+}
+
 TEST(Summary, TokensForSequenceWorkloads) {
   Rig<ScriptedTask> s;
   std::ostringstream out;
