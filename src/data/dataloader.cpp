@@ -1,20 +1,23 @@
 // DataLoader: batches in the Sampler's order, gathered into a small pool of
 // reused buffers, optionally ahead of time by one background thread.
 //
-// NOTE [DataLoader buffers]: the pool holds up to prefetch + 2 Batch buffers,
-// each a full [B, ...] input and target allocated once from the first
-// example's shapes and dtypes (an epoch's short last batch is a narrow view
-// [n, ...] of one). A buffer is free when nobody but the pool references it:
-// its TensorImpl and its Storage both have use_count 1. A batch handed out (or
-// waiting in the prefetch queue) holds a copy of the handle, so it is never
-// overwritten while anyone keeps it, a view of it, or an autograd node saving
-// it; when every buffer is taken the loader allocates a fresh one in the
-// oldest slot and the old one lives on with its holder. Why prefetch + 2: the
-// caller's loop (`for (auto& b : loader)`, `batch = loader.next()`) still
-// holds the previous batch while it asks for the next, and prefetch more sit
-// in the queue, so prefetch + 2 buffers recycle with no allocation per batch.
+// NOTE [DataLoader buffers]: the pool holds prefetch + 2 Batch buffers, each
+// a full [B, ...] input and target, allocated together at the first batch
+// from the first example's shapes and dtypes (an epoch's short last batch is a
+// narrow view [n, ...] of one). A buffer is free when nobody but the pool
+// references it: its TensorImpl and its Storage both have use_count 1. A batch
+// handed out (or waiting in the prefetch queue) holds a copy of the handle, so
+// it is never overwritten while anyone keeps it, a view of it, or an autograd
+// node saving it. Why prefetch + 2: the caller's loop (`for (auto& b :
+// loader)`, `batch = loader.next()`) still holds the previous batch while it
+// asks for the next, and prefetch more sit in the queue, so in the steady
+// state prefetch + 2 buffers cycle with no allocation. A buffer still held
+// after prefetch + 1 newer fills is kept beyond that pattern (a batch saved for
+// later): it leaves the pool to its holder and a new buffer takes its place
+// (one allocation per kept batch); if the caller holds even more, the buffer
+// filled longest ago is replaced the same way.
 //
-// NOTE [DataLoader thread]: the worker gathers batch `gather_pos_` of the
+// NOTE [DataLoader thread]: the worker gathers batch `gather_pos` of the
 // current epoch while the queue has room (prefetch slots), reading the
 // sampler's order (which only the caller's thread changes, and only after
 // stopping the worker: next_epoch, load_state, the destructor). The pool is
@@ -25,6 +28,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <exception>
@@ -49,9 +53,7 @@ struct DataLoader::Impl {
         prefetch(options.prefetch),
         batches(batches),
         sampler(dataset.size(), options.shuffle, options.seed),
-        queue(size_t(options.prefetch)) {
-    pool.reserve(size_t(prefetch) + 2);
-  }
+        queue(size_t(options.prefetch)) {}
 
   const Dataset& dataset;
   const int64_t batch_size;
@@ -65,9 +67,9 @@ struct DataLoader::Impl {
   Shape in_row, tgt_row;
   DType in_dtype = kF32, tgt_dtype = kI64;
   bool has_target = true;
-  std::vector<Batch> pool;  // size <= prefetch + 2
-  size_t next_slot = 0;     // the oldest slot: where the search for a free buffer starts
-  int64_t allocations = 0;  // buffers allocated so far (for tests and docs)
+  std::vector<Batch> pool;       // prefetch + 2 buffers, allocated at the first batch
+  std::vector<uint64_t> filled;  // filled[i]: the fill that last used pool[i] (0: none yet)
+  uint64_t fills = 0;
 
   // ---- the worker, guarded by mutex ----
   std::thread worker;
@@ -81,6 +83,7 @@ struct DataLoader::Impl {
   static bool is_free(const Tensor& t) {
     return !t.defined() || (t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1);
   }
+  static bool is_free(const Batch& b) { return is_free(b.input) && is_free(b.target); }
 
   static Tensor allocate_rows(int64_t n, const Shape& row, DType dtype) {
     Shape shape = row;
@@ -88,29 +91,42 @@ struct DataLoader::Impl {
     return Tensor::empty(shape, dtype);
   }
 
+  Batch new_buffer() {
+    return {allocate_rows(batch_size, in_row, in_dtype),
+            has_target ? allocate_rows(batch_size, tgt_row, tgt_dtype) : Tensor()};
+  }
+
   // A full [batch_size, ...] buffer nobody else references (NOTE [DataLoader buffers]).
   Batch& acquire() {
-    for (size_t k = 0; k < pool.size(); ++k) {
-      size_t i = (next_slot + k) % pool.size();
-      if (is_free(pool[i].input) && is_free(pool[i].target)) {
-        // Pairs with the holder's release of its last reference: its reads of
-        // the old batch happen before our writes.
-        std::atomic_thread_fence(std::memory_order_acquire);
-        next_slot = i + 1;
-        return pool[i];
+    const size_t ring = size_t(prefetch) + 2;
+    if (pool.empty()) {
+      for (size_t i = 0; i < ring; ++i) pool.push_back(new_buffer());
+      filled.assign(ring, 0);
+    }
+    // A buffer still held although prefetch + 1 newer ones were filled since
+    // is kept by the caller beyond the loop's pattern (a batch saved for
+    // later): it leaves the pool and lives on with its holder, and a new
+    // buffer takes its place, so the pool is never short.
+    for (size_t i = 0; i < ring; ++i)
+      if (filled[i] + uint64_t(prefetch) + 1 < fills && !is_free(pool[i])) {
+        pool[i] = new_buffer();
+        filled[i] = 0;
       }
+    // The free buffer filled longest ago, so a batch the caller let go of
+    // stays intact as long as possible; when every one is taken (the caller
+    // holds more than the loop's pattern), the oldest is replaced.
+    size_t pick = ring;
+    for (size_t i = 0; i < ring; ++i)
+      if (is_free(pool[i]) && (pick == ring || filled[i] < filled[pick])) pick = i;
+    if (pick == ring) {
+      pick = size_t(std::min_element(filled.begin(), filled.end()) - filled.begin());
+      pool[pick] = new_buffer();
     }
-    Batch fresh{allocate_rows(batch_size, in_row, in_dtype),
-                has_target ? allocate_rows(batch_size, tgt_row, tgt_dtype) : Tensor()};
-    ++allocations;
-    if (pool.size() < size_t(prefetch) + 2) {
-      pool.push_back(std::move(fresh));
-      next_slot = pool.size();
-      return pool.back();
-    }
-    size_t i = next_slot++ % pool.size();
-    pool[i] = std::move(fresh);  // the old buffer lives on with whoever holds it
-    return pool[i];
+    // Pairs with the holder's release of its last reference: its reads of the
+    // old batch happen before our writes.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    filled[pick] = ++fills;
+    return pool[pick];
   }
 
   static Tensor narrow_rows(const Tensor& t, int64_t n) {

@@ -96,7 +96,7 @@ std::span<const int64_t> ids_of(const char* op, const Tensor& ids, Tensor& keep)
 // ---- TokenDataset ----
 
 TokenDataset::TokenDataset(const char* op, std::string path, int64_t seq_len)
-    : op_(op), path_(std::move(path)), seq_len_(seq_len) {
+    : op_(op), gather_op_(fmt::format("{}.gather", op)), path_(std::move(path)), seq_len_(seq_len) {
   KILN_CHECK(seq_len > 0, op, "seq_len must be positive, got {}", seq_len);
 }
 
@@ -127,11 +127,11 @@ Example TokenDataset::get(int64_t index) const {
 }
 
 void TokenDataset::gather(std::span<const int64_t> indices, Batch& out) const {
-  const std::string op = fmt::format("{}.gather", op_);
+  const char* op = gather_op_.c_str();
   const int64_t n = int64_t(indices.size()), size = this->size();
   const int64_t row[] = {seq_len_};
-  check_batch_part(op.c_str(), "input", out.input, n, row, kI64);
-  check_batch_part(op.c_str(), "target", out.target, n, row, kI64);
+  check_batch_part(op, "input", out.input, n, row, kI64);
+  check_batch_part(op, "target", out.target, n, row, kI64);
   const int64_t* tokens = tokens_.data<int64_t>();
   int64_t* in = out.input.data<int64_t>();
   int64_t* tgt = out.target.data<int64_t>();

@@ -215,9 +215,16 @@ TEST_P(DataLoaderP, AKeptBatchIsNeverOverwrittenAndReleasedBuffersAreReused) {
   EXPECT_LE(buffers.size(), size_t(GetParam()) + 3) << "a buffer allocated per batch?";
 
   // Steady state with nothing kept: the same few buffers, epoch after epoch.
+  // (A new epoch allocates its permutation; batches allocate no tensor storage.)
   std::set<void*> later;
-  for (int epoch = 0; epoch < 2; ++epoch)
-    for (const Batch& b : loader) later.insert(b.input.data_ptr());
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    int64_t allocations = -1;
+    for (const Batch& b : loader) {
+      later.insert(b.input.data_ptr());
+      if (allocations < 0) allocations = memory_stats().alloc_count;
+    }
+    EXPECT_EQ(memory_stats().alloc_count, allocations) << "tensor storage allocated per batch";
+  }
   EXPECT_LE(later.size(), size_t(GetParam()) + 3);
 }
 

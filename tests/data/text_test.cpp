@@ -56,6 +56,16 @@ TEST_F(TextFiles, BytesInNonOverlappingWindowsWithShiftedTargets) {
   EXPECT_KILN_ERROR(ByteDataset::decode(std::vector<int64_t>{65, 256}),
                     "[ByteDataset.decode] id 256 at position 1 is not a byte (0..255)");
 
+  Batch out{empty({2, 4}, {.dtype = kI64}), empty({2, 4}, {.dtype = kI64})};
+  std::vector<int64_t> idx{1, 0};
+  ds.gather(idx, out);
+  EXPECT_EQ(ByteDataset::decode(out.input.flatten()), "o wohell");
+  EXPECT_EQ(ByteDataset::decode(out.target.flatten()), " worello");
+  std::vector<int64_t> bad{1, 2};
+  EXPECT_KILN_ERROR(ds.gather(bad, out), "[ByteDataset.gather] index 2 is out of range for 2 examples");
+  Batch wrong{empty({2, 5}, {.dtype = kI64}), empty({2, 4}, {.dtype = kI64})};
+  EXPECT_KILN_ERROR(ds.gather(idx, wrong), "[ByteDataset.gather] the batch's input is [2, 5] i64, expected [2, 4] i64");
+
   // Exactly seq_len + 1 tokens: one window.
   EXPECT_EQ(ByteDataset(file("abcde"), 4).size(), 1);
   EXPECT_EQ(ByteDataset(file("abcdefghi"), 4).size(), 2);

@@ -49,7 +49,8 @@ class TokenDataset : public Dataset {
   /// Keeps the tokens; fewer than seq_len + 1 is "[op] <path> holds 9 <unit>, fewer than seq_len + 1 = 65".
   void set_tokens(const std::vector<int64_t>& tokens, const char* unit);
 
-  const char* op_;
+  const char* op_;         // "ByteDataset" or "CharDataset", for errors
+  std::string gather_op_;  // "<op_>.gather", built once: gather runs every batch
   std::string path_;
 
  private:

@@ -44,7 +44,7 @@ struct RunOptions {
   int64_t max_steps = 0;          // stop after this many optimizer steps in all; 0: no limit
   int64_t tokens_per_sample = 0;  // sequence length, for token/s in the summary; 0: not a sequence workload
   std::ostream* out = nullptr;    // where callbacks print; nullptr: std::cout
-  std::optional<bool> tty;        // whether out is a terminal; default: isatty(1) for std::cout, else false
+  std::optional<bool> tty = {};   // whether out is a terminal; default: isatty(1) for std::cout, else false
   std::string config = "{}";      // JSON object saved in checkpoints (kiln.config)
 };
 

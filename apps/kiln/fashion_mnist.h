@@ -1,0 +1,47 @@
+// The main job: train an image classifier on Fashion-MNIST with the progress
+// bar, validate on the test split each epoch, log every step to CSV, keep
+// rotating resumable checkpoints, print the summary and the final test
+// accuracy. `kiln train fashion-mnist` is a thin command line over this.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+namespace kiln::app {
+
+struct FashionMnistOptions {
+  std::string model = "cnn";  // "cnn" (models::image_cnn) or "mlp" (models::image_mlp)
+  int64_t epochs = 0;         // 0: the model's default (default_epochs)
+  int64_t batch_size = 64;
+  double lr = 1e-3;           // AdamW's peak rate; cosine decay to lr/100 over the run
+  double weight_decay = 1e-4;
+  int threads = 0;            // 0: kiln's default (all cores)
+  uint64_t seed = 0;          // parameters, dropout and data order
+  std::string out = "runs/fashion-mnist";  // metrics.csv and checkpoints/ go here
+  std::string data = "";         // folder of the IDX files; "": data::FashionMNIST's default
+  std::string resume = "";       // "": a new run; "latest": the newest checkpoint in out; else a path
+  int64_t limit = 0;          // use only the first `limit` training images (0: all 60000)
+  int64_t test_limit = 0;     // and the first `test_limit` test images (0: all 10000)
+  std::ostream* log = nullptr;    // where output goes; nullptr: std::cout
+  std::optional<bool> tty = {};    // progress bar in place; default: whether stdout is a terminal
+};
+
+struct FashionMnistResult {
+  double test_accuracy = 0;
+  double test_loss = 0;
+  int64_t epochs = 0;          // epochs completed in all (resumed runs count the earlier ones)
+  double train_seconds = 0;    // this process's training time, validation excluded
+  std::string checkpoint;      // the newest checkpoint
+  std::string csv;             // the per-step log
+};
+
+/// 10 for the CNN, 20 for the MLP.
+int64_t default_epochs(const std::string& model);
+
+/// Runs the job; kiln::Error on bad options, missing data or a checkpoint that
+/// does not match.
+FashionMnistResult train_fashion_mnist(const FashionMnistOptions& options);
+
+}  // namespace kiln::app
