@@ -14,8 +14,8 @@
 namespace kiln::train {
 namespace {
 
-using testing::ScriptedTask;
 using testing::Rig;
+using testing::ScriptedTask;
 using Interval = LRSchedulerCallback::Interval;
 
 // The optimizer's lr as each step begins (the lr the step uses).
@@ -25,14 +25,16 @@ struct RecordLr : Callback {
 };
 
 std::shared_ptr<optim::LRScheduler> cosine() {
-  return std::make_shared<optim::CosineScheduler>(optim::CosineOptions{.max_lr = 0.1, .min_lr = 0.01, .total_steps = 6});
+  return std::make_shared<optim::CosineScheduler>(
+      optim::CosineOptions{.max_lr = 0.1, .min_lr = 0.01, .total_steps = 6});
 }
 
 TEST(LRSchedulerCallback, EveryStepFollowsTheScheduler) {
   Rig<ScriptedTask> s(/*lr=*/123.0);  // overwritten by the scheduler before the first step
   auto record = std::make_shared<RecordLr>();
   std::ostringstream sink;
-  History h = Trainer(2, {std::make_shared<LRSchedulerCallback>(cosine()), record}, {.out = &sink, .tty = false}).fit(s.task, s.loader);
+  History h = Trainer(2, {std::make_shared<LRSchedulerCallback>(cosine()), record}, {.out = &sink, .tty = false})
+                  .fit(s.task, s.loader);
   auto reference = cosine();
   ASSERT_EQ(record->lrs.size(), 6u);
   for (int64_t g = 0; g < 6; ++g) EXPECT_EQ(record->lrs[g], reference->lr(g)) << "step " << g;
@@ -45,8 +47,9 @@ TEST(LRSchedulerCallback, EveryEpoch) {
   auto record = std::make_shared<RecordLr>();
   auto sched = std::make_shared<optim::StepScheduler>(optim::StepOptions{.lr = 0.1, .step_size = 1, .gamma = 0.5});
   std::ostringstream sink;
-  History h = Trainer(2, {std::make_shared<LRSchedulerCallback>(sched, Interval::epoch), record}, {.out = &sink, .tty = false})
-                  .fit(s.task, s.loader);
+  History h =
+      Trainer(2, {std::make_shared<LRSchedulerCallback>(sched, Interval::epoch), record}, {.out = &sink, .tty = false})
+          .fit(s.task, s.loader);
   EXPECT_EQ(record->lrs, (std::vector<double>{0.1, 0.1, 0.1, 0.05, 0.05, 0.05}));
   EXPECT_EQ(h.epochs[0].at("lr"), 0.05);
   EXPECT_EQ(h.epochs[1].at("lr"), 0.025);
@@ -74,7 +77,8 @@ TEST(LRSchedulerCallback, ReduceOnPlateauNeedsItsMetric) {
   auto sched = std::make_shared<optim::ReduceOnPlateauScheduler>(optim::ReduceOnPlateauOptions{});
   std::ostringstream sink;
   Trainer trainer(1, {std::make_shared<LRSchedulerCallback>(sched, Interval::epoch)}, {.out = &sink, .tty = false});
-  EXPECT_KILN_ERROR(trainer.fit(s.task, s.loader), "[LRSchedulerCallback] ReduceOnPlateauScheduler monitors 'val/loss'");
+  EXPECT_KILN_ERROR(trainer.fit(s.task, s.loader),
+                    "[LRSchedulerCallback] ReduceOnPlateauScheduler monitors 'val/loss'");
   EXPECT_KILN_ERROR(LRSchedulerCallback(sched, Interval::step), "use Interval::epoch");
   EXPECT_KILN_ERROR(LRSchedulerCallback(nullptr), "[LRSchedulerCallback] scheduler is null");
 }
@@ -88,7 +92,8 @@ void expect_resume_follows_the_schedule(bool saver_first) {
   std::ostringstream sink;
   Rig<> straight;
   auto all = std::make_shared<RecordLr>();
-  Trainer(2, {std::make_shared<LRSchedulerCallback>(cosine()), all}, {.out = &sink, .tty = false}).fit(straight.task, straight.loader);
+  Trainer(2, {std::make_shared<LRSchedulerCallback>(cosine()), all}, {.out = &sink, .tty = false})
+      .fit(straight.task, straight.loader);
   {
     Rig<> s;
     auto lr = std::make_shared<LRSchedulerCallback>(cosine());
@@ -100,7 +105,8 @@ void expect_resume_follows_the_schedule(bool saver_first) {
   Rig<> s(/*lr=*/123.0);
   auto rest = std::make_shared<RecordLr>();
   auto sched = cosine();
-  Trainer(2, {std::make_shared<LRSchedulerCallback>(sched), rest}, {.out = &sink, .tty = false}).fit(s.task, s.loader, ckpt);
+  Trainer(2, {std::make_shared<LRSchedulerCallback>(sched), rest}, {.out = &sink, .tty = false})
+      .fit(s.task, s.loader, ckpt);
   EXPECT_EQ(rest->lrs, (std::vector<double>{all->lrs[4], all->lrs[5]}));
   EXPECT_EQ(sched->last_step(), 6);
   EXPECT_TRUE(kiln::testing::equal(s.model->weight, straight.model->weight));

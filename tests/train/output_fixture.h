@@ -14,8 +14,8 @@
 
 #include "kiln/data/dataloader.h"
 #include "kiln/nn/linear.h"
-#include "kiln/optim/sgd.h"
 #include "kiln/ops/creation.h"
+#include "kiln/optim/sgd.h"
 #include "kiln/train/callback.h"
 #include "kiln/train/task.h"
 #include "kiln/train/trainer.h"

@@ -62,7 +62,8 @@ TEST(PhaseCallback, PhasesMustCoverMaxEpochs) {
 TEST(PhaseCallback, BadPhases) {
   PhaseCallback p;
   EXPECT_KILN_ERROR(p.add_phase("", 1), "[PhaseCallback.add_phase] phase 1 has an empty name");
-  EXPECT_KILN_ERROR(p.add_phase("main", 0), "[PhaseCallback.add_phase] phase 'main' must have at least one epoch, got 0");
+  EXPECT_KILN_ERROR(p.add_phase("main", 0),
+                    "[PhaseCallback.add_phase] phase 'main' must have at least one epoch, got 0");
   EXPECT_TRUE(p.phases().empty());
 }
 
@@ -85,8 +86,9 @@ TEST(PhaseCallback, ResumeEntersThePhaseItResumesIn) {
   // The scripted task restarts its losses at 2 (its counter is no checkpointed
   // state); what matters here is the banner, the label and set_phase.
   const std::string text = mask_times(out.str());
-  EXPECT_TRUE(text.starts_with("phase schedule:\n  1. warmup — 1 epoch (3 steps)\n  2. main — 2 epochs (6 steps)\n"
-                               "phase 2/2 — main · 2 epochs × 3 steps\nepoch 2/2 3/3 |██████████| <time> · "))
+  EXPECT_TRUE(
+      text.starts_with("phase schedule:\n  1. warmup — 1 epoch (3 steps)\n  2. main — 2 epochs (6 steps)\n"
+                       "phase 2/2 — main · 2 epochs × 3 steps\nepoch 2/2 3/3 |██████████| <time> · "))
       << text;
   EXPECT_EQ(s.task.phases, (std::vector<std::string>{"main"}));
 }

@@ -2,11 +2,14 @@
 // terminal, one line per epoch otherwise; validation values; resume mid-epoch.
 #include "kiln/train/callbacks/progress_bar.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <regex>
 #include <sstream>
 
+#include "kiln/train/callbacks/validation.h"
 #include "output_fixture.h"
 #include "tests/support/test_util.h"
 
@@ -14,8 +17,8 @@ namespace kiln::train {
 namespace {
 
 using testing::mask_times;
-using testing::ScriptedTask;
 using testing::Rig;
+using testing::ScriptedTask;
 
 TEST(ProgressBar, FormatMs) {
   EXPECT_EQ(format_ms(0.69), "0.7");
@@ -76,21 +79,51 @@ TEST(ProgressBar, RefreshLimitsRedrawsButAlwaysDrawsTheLastStep) {
   EXPECT_EQ(std::count(text.begin(), text.end(), '\r'), 6);
   EXPECT_EQ(text.find("2/3"), std::string::npos) << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
-  EXPECT_TRUE(text.ends_with("\repoch 2/2 3/3 |██████████| <time> · accuracy: 0.6667 · loss: 1.0000\x1b[K\n"))
-      << text;
+  EXPECT_TRUE(text.ends_with("\repoch 2/2 3/3 |██████████| <time> · accuracy: 0.6667 · loss: 1.0000\x1b[K\n")) << text;
+}
+
+std::shared_ptr<Validation> validation() {
+  return std::make_shared<Validation>(std::make_shared<data::DataLoader>(
+      testing::tiny_dataset(12), data::DataLoaderOptions{.batch_size = 6, .shuffle = false, .prefetch = 0}));
+}
+
+std::string mask_validation_seconds(const std::string& s) {
+  static const std::regex seconds(R"( · \d+\.\d\ds\n)");
+  return std::regex_replace(s, seconds, " · <s>\n");
 }
 
 TEST(ProgressBar, ValidationValuesAtTheEpochEnd) {
+  // The scripted task never updates the model: both evaluations give the same values.
   Rig<ScriptedTask> s;
   std::ostringstream out;
-  Trainer trainer(2, {std::make_shared<testing::FakeValidation>(), std::make_shared<ProgressBar>()},
-                  {.out = &out, .tty = false});
-  trainer.fit(s.task, s.loader);
-  EXPECT_EQ(mask_times(out.str()),
-            "epoch 1/2 3/3 |██████████| <time> · accuracy: 0.8333 · loss: 1.7500 · val/accuracy: 0.7500 · "
-            "val/loss: 0.5000\n"
-            "epoch 2/2 3/3 |██████████| <time> · accuracy: 0.6667 · loss: 1.0000 · val/accuracy: 0.7500 · "
-            "val/loss: 0.6250\n");
+  auto val = validation();
+  Trainer(2, {val, std::make_shared<ProgressBar>()}, {.out = &out, .tty = false}).fit(s.task, s.loader);
+  const std::string v = fmt::format("{:.4f} · accuracy {:.4f}", val->result().loss, val->result().accuracy);
+  const std::string bar_v =
+      fmt::format("val/loss: {:.4f} · val/accuracy: {:.4f}", val->result().loss, val->result().accuracy);
+  const std::string expected = fmt::format(
+      "validation: loss {0} · <s>\n"
+      "epoch 1/2 3/3 |██████████| <time> · accuracy: 0.8333 · loss: 1.7500 · {1}\n"
+      "validation: loss {0} · <s>\n"
+      "epoch 2/2 3/3 |██████████| <time> · accuracy: 0.6667 · loss: 1.0000 · {1}\n",
+      v, bar_v);
+  EXPECT_EQ(mask_validation_seconds(mask_times(out.str())), expected);
+}
+
+TEST(ProgressBar, ValidationRegisteredAfterTheBarPrintsItsOwnLine) {
+  // The bar's line is written before this epoch's evaluation: no stale values of the previous one on it.
+  Rig<ScriptedTask> s;
+  std::ostringstream out;
+  auto val = validation();
+  Trainer(2, {std::make_shared<ProgressBar>(), val}, {.out = &out, .tty = false}).fit(s.task, s.loader);
+  const std::string v = fmt::format("{:.4f} · accuracy {:.4f}", val->result().loss, val->result().accuracy);
+  const std::string expected = fmt::format(
+      "epoch 1/2 3/3 |██████████| <time> · accuracy: 0.8333 · loss: 1.7500\n"
+      "validation: loss {0} · <s>\n"
+      "epoch 2/2 3/3 |██████████| <time> · accuracy: 0.6667 · loss: 1.0000\n"
+      "validation: loss {0} · <s>\n",
+      v);
+  EXPECT_EQ(mask_validation_seconds(mask_times(out.str())), expected);
 }
 
 TEST(ProgressBar, NoAccuracyWhenStepsDoNotClassify) {
@@ -125,7 +158,8 @@ TEST(ProgressBar, ResumesMidEpochAtItsStep) {
   }
   Rig<> straight;
   std::ostringstream straight_out;
-  Trainer full(2, {std::make_shared<ProgressBar>(ProgressBarOptions{.refresh = 0})}, {.out = &straight_out, .tty = true});
+  Trainer full(2, {std::make_shared<ProgressBar>(ProgressBarOptions{.refresh = 0})},
+               {.out = &straight_out, .tty = true});
   full.fit(straight.task, straight.loader);
 
   Rig<> resumed;

@@ -13,12 +13,12 @@
 namespace kiln::train {
 namespace {
 
-using testing::ScriptedTask;
 using testing::Rig;
+using testing::ScriptedTask;
 
 io::State spec_example_state() {
   // The spec's example run: 4686 steps of batch 64 in 0.32 s.
-  return {{"steps", "4686"},         {"samples", "299904"},        {"seconds", "0.32"},
+  return {{"steps", "4686"},         {"samples", "299904"},      {"seconds", "0.32"},
           {"loss_sum", "2254.8952"}, {"initial_loss", "2.6558"}, {"final_loss", "0.2965"}};
 }
 
@@ -79,6 +79,20 @@ TEST(Summary, PrintedAtTrainEnd) {
   EXPECT_GT(summary->seconds(), 0);
 }
 
+TEST(Summary, ASecondFreshFitCountsOnlyItself) {
+  Rig<ScriptedTask> s;
+  std::ostringstream out;
+  auto summary = std::make_shared<Summary>();
+  Trainer(2, {summary}, {.out = &out, .tty = false}).fit(s.task, s.loader);
+  Trainer(1, {summary}, {.out = &out, .tty = false}).fit(s.task, s.loader);
+  // The task's script goes on: steps 7-9 report 0.5, 0.25, 0.
+  EXPECT_EQ(summary->steps(), 3);
+  EXPECT_EQ(summary->samples(), 24);
+  EXPECT_EQ(summary->initial_loss(), 0.5);
+  EXPECT_EQ(summary->final_loss(), 0.0);
+  EXPECT_EQ(summary->mean_loss(), 0.25);
+}
+
 TEST(Summary, TokensForSequenceWorkloads) {
   Rig<ScriptedTask> s;
   std::ostringstream out;
@@ -97,7 +111,8 @@ TEST(Summary, ResumedRunCoversTheWholeRun) {
 
   {  // a leg that checkpoints at step 4 and dies after step 5
     Rig<> s;
-    Trainer(2, {std::make_shared<Summary>(), std::make_shared<testing::SaveAt>(4, ckpt)}, {.max_steps = 5, .out = &sink, .tty = false})
+    Trainer(2, {std::make_shared<Summary>(), std::make_shared<testing::SaveAt>(4, ckpt)},
+            {.max_steps = 5, .out = &sink, .tty = false})
         .fit(s.task, s.loader);
   }
   Rig<> s;

@@ -43,7 +43,8 @@ std::string first_line(const std::string& path) {
 
 }  // namespace
 
-CsvLogger::CsvLogger(std::string path, CsvLoggerOptions options) : path_(std::move(path)), options_(std::move(options)) {
+CsvLogger::CsvLogger(std::string path, CsvLoggerOptions options)
+    : path_(std::move(path)), options_(std::move(options)) {
   KILN_CHECK(!path_.empty(), kOp, "path is empty");
   for (const std::string& key : options_.log_keys)
     KILN_CHECK(!key.empty() && key.find_first_of(",\"\n\r") == std::string::npos, kOp,
@@ -83,8 +84,9 @@ void CsvLogger::open() {
   } else if (const int64_t size = file_size(path_); options_.append && size > 0) {
     const std::string h = header();
     const std::string found = first_line(path_);
-    KILN_CHECK(found == h, kOp, "cannot append to '{}': its header is '{}', not '{}' (append = false starts a new file)",
-               path_, found, h);
+    KILN_CHECK(found == h, kOp,
+               "cannot append to '{}': its header is '{}', not '{}' (append = false starts a new file)", path_, found,
+               h);
     file_ = std::fopen(path_.c_str(), "ab");
     KILN_CHECK(file_, kOp, "cannot open '{}' for appending: {}", path_, errno_message());
     bytes_ = size;
@@ -130,16 +132,21 @@ void CsvLogger::on_train_begin(Trainer& trainer) {
 void CsvLogger::on_step_begin(Trainer& trainer) {
   if (!file_) open();
   lr_ = trainer.task().optimizer().lr();
+  const EpochStats& e = trainer.epoch_stats();
+  begin_count_ = e.count;
+  begin_correct_ = e.correct;
+  begin_classified_ = e.classified;
+  trainer_ = &trainer;
+  in_step_ = true;
   step_start_ = std::chrono::steady_clock::now();
 }
 
-void CsvLogger::on_step_end(Trainer& trainer, const StepResult& step) {
+void CsvLogger::write_row(const Trainer& trainer, const StepResult& step) const {
   const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count();
   const io::Progress& p = trainer.progress();
   KILN_CHECK(last_global_step_ < 0 || p.global_step == last_global_step_ + 1, kOp,
-             "'{}' ends at step {} but this is step {}: the checkpoint resumed from was taken before this logger "
-             "wrote its step's row (register CsvLogger before the callback that saves checkpoints)",
-             path_, last_global_step_, p.global_step);
+             "'{}' ends at step {} but this is step {}: the file does not match the checkpoint resumed from", path_,
+             last_global_step_, p.global_step);
   row_.clear();
   auto out = std::back_inserter(row_);
   // {} prints a double's shortest form that reads back exactly.
@@ -159,6 +166,13 @@ void CsvLogger::on_step_end(Trainer& trainer, const StepResult& step) {
   bytes_ += static_cast<int64_t>(row_.size());
   ++rows_;
   last_global_step_ = p.global_step;
+  in_step_ = false;
+}
+
+void CsvLogger::on_step_end(Trainer& trainer, const StepResult& step) {
+  // A checkpoint taken during this step by a callback registered before this
+  // one has already written the row (see state()).
+  if (in_step_) write_row(trainer, step);
 }
 
 void CsvLogger::on_epoch_end(Trainer& trainer) { flush(false); }
@@ -170,11 +184,27 @@ void CsvLogger::on_train_end(Trainer& trainer) {
   flush(true);
   close();
   resumed_ = false;
+  trainer_ = nullptr;
+  in_step_ = false;
 }
 
 void CsvLogger::checkpoint_objects(io::Checkpoint& ckpt) { ckpt.state("csv_logger", *this); }
 
 io::State CsvLogger::state() const {
+  // NOTE [ The row of the step a checkpoint is taken at ]: a callback
+  // registered before this one may save a checkpoint in its on_step_end, when
+  // the step is counted but its row not written yet. The row belongs before
+  // the recorded length (the resumed run starts at the next step), so it is
+  // written now, from the epoch sums' change since on_step_begin (what the
+  // StepResult holds), and on_step_end skips it.
+  if (in_step_ && trainer_ && trainer_->progress().global_step == last_global_step_ + 1) {
+    const EpochStats& e = trainer_->epoch_stats();
+    StepResult step;
+    step.loss = e.last_loss;
+    step.count = e.count - begin_count_;
+    step.correct = e.classified > begin_classified_ ? e.correct - begin_correct_ : -1;
+    write_row(*trainer_, step);
+  }
   flush(true);
   // Before the first step of a resumed run the file is not open yet: its
   // length is still the one the checkpoint recorded.

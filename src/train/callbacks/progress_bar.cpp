@@ -10,6 +10,7 @@
 #include <ostream>
 
 #include "kiln/core/error.h"
+#include "kiln/train/callbacks/validation.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::train {
@@ -114,8 +115,17 @@ void ProgressBar::compose(const Trainer& trainer, bool with_val, std::string& ou
   if (!std::isnan(accuracy)) fmt::format_to(back, " · accuracy: {:.4f}", accuracy);
   fmt::format_to(back, " · loss: {:.4f}", s.loss());
   if (with_val) {
-    for (const auto& [key, value] : trainer.logs())
-      if (key.starts_with("val/")) fmt::format_to(back, " · {}: {:.4f}", key, value);
+    // Only an evaluation of this very step: a Validation registered after the
+    // bar evaluates after this line is written, and its last result (also in
+    // logs()) is the previous epoch's; it prints its own line anyway.
+    for (const auto& cb : trainer.callbacks()) {
+      const auto* v = dynamic_cast<const Validation*>(cb.get());
+      if (!v || v->result().global_step != trainer.progress().global_step) continue;
+      const std::string& prefix = v->options().prefix;
+      fmt::format_to(back, " · {}loss: {:.4f}", prefix, v->result().loss);
+      if (!std::isnan(v->result().accuracy))
+        fmt::format_to(back, " · {}accuracy: {:.4f}", prefix, v->result().accuracy);
+    }
   }
 }
 

@@ -14,6 +14,14 @@
 namespace kiln::train {
 
 void Summary::on_train_begin(Trainer& trainer) {
+  // A resumed fit() has loaded the counters just before this; a fresh one
+  // starts them (also when this Summary served an earlier fit()).
+  if (!loaded_) {
+    steps_ = samples_ = 0;
+    seconds_ = loss_sum_ = 0;
+    initial_loss_ = final_loss_ = kNaN;
+  }
+  loaded_ = false;
   seconds_at_begin_ = seconds_;
   elapsed_at_begin_ = trainer.elapsed();
 }
@@ -76,6 +84,7 @@ void Summary::load_state(const io::State& state) {
   initial_loss_ = initial;
   final_loss_ = final_loss;
   seconds_at_begin_ = seconds_;
+  loaded_ = true;
 }
 
 }  // namespace kiln::train

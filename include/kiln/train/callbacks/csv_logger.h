@@ -16,10 +16,9 @@
 // Rows go through a buffered FILE*, flushed at each epoch end, and flushed and
 // fsynced at train end and whenever a checkpoint takes the logger's state.
 // Resume: the checkpoint ("csv_logger") holds the file's length as of the
-// checkpoint; resuming truncates the file to it (dropping rows a killed run
-// wrote after the checkpoint) and appends, so the file equals an uninterrupted
-// run's. Register the CsvLogger before the callback that saves checkpoints, so
-// the row of the step a checkpoint is taken at is already written.
+// checkpoint, the row of the step it is taken at included; resuming truncates
+// the file to it (dropping rows a killed run wrote after the checkpoint) and
+// appends, so the file equals an uninterrupted run's.
 #pragma once
 
 #include <chrono>
@@ -74,19 +73,25 @@ class CsvLogger : public Callback, public io::Stateful {
   void close();
   void flush(bool sync) const;
   void truncate_to(int64_t bytes);
+  void write_row(const Trainer& trainer, const StepResult& step) const;
   void check_resumable(int64_t bytes) const;
 
   std::string path_;
   CsvLoggerOptions options_;
   std::FILE* file_ = nullptr;
-  int64_t bytes_ = 0;                // the file's length including what sits in the FILE buffer
-  int64_t rows_ = 0;
-  int64_t last_global_step_ = -1;    // of the last row; -1: none in this run
-  std::optional<int64_t> resume_bytes_;  // loaded before the file was opened
+  // mutable: state() may write the row of the step in progress (NOTE [ The row
+  // of the step a checkpoint is taken at ] in csv_logger.cpp).
+  mutable int64_t bytes_ = 0;  // the file's length including what sits in the FILE buffer
+  mutable int64_t rows_ = 0;
+  mutable int64_t last_global_step_ = -1;  // of the last row; -1: none in this run
+  mutable bool in_step_ = false;           // between on_step_begin and the step's row
+  mutable std::string row_;                // reused per row
+  std::optional<int64_t> resume_bytes_;    // loaded before the file was opened
   bool resumed_ = false;
-  double lr_ = 0;                    // the optimizer's lr at on_step_begin
+  const Trainer* trainer_ = nullptr;                                    // during fit
+  double lr_ = 0;                                                       // the optimizer's lr at on_step_begin
+  int64_t begin_count_ = 0, begin_correct_ = 0, begin_classified_ = 0;  // epoch sums at on_step_begin
   std::chrono::steady_clock::time_point step_start_{};
-  std::string row_;                  // reused per row
 };
 
 }  // namespace kiln::train

@@ -52,6 +52,7 @@ class Summary : public Callback, public io::Stateful {
   double initial_loss_ = kNaN, final_loss_ = kNaN;
   // seconds_ = seconds_at_begin_ + trainer.elapsed() - elapsed_at_begin_
   double seconds_at_begin_ = 0, elapsed_at_begin_ = 0;
+  bool loaded_ = false;  // load_state ran since the last on_train_begin (a resume)
 };
 
 }  // namespace kiln::train
