@@ -58,7 +58,7 @@ std::pair<Tensor, Tensor> sign_batch(Generator& gen, int64_t batch) {
 
 // Gradient descent through value_and_grad and an optimizer (docs/optim.md).
 template <class M, class Batch>
-void train(const char* name, M& model, Batch next_batch, int steps, double lr) {
+void train_steps(const char* name, M& model, Batch next_batch, int steps, double lr) {
   model.train();
   optim::SGD opt(model.parameters(), {.lr = lr});
   for (int step = 1; step <= steps; ++step) {
@@ -84,12 +84,12 @@ int main() {
 
   SmallCnn cnn(rngs);
   std::printf("%s\nparameters: %lld\n\n", cnn.repr().c_str(), static_cast<long long>(cnn.num_parameters()));
-  train("cnn ", cnn, [&] { return quadrant_batch(data, 32); }, 100, 0.1);
+  train_steps("cnn ", cnn, [&] { return quadrant_batch(data, 32); }, 100, 0.1);
   std::printf("cnn  accuracy on a fresh batch: %.3f\n\n", accuracy(cnn, [&] { return quadrant_batch(data, 256); }));
 
   SignOfSum rnn(rngs);
   std::printf("%s\nparameters: %lld\n\n", rnn.repr().c_str(), static_cast<long long>(rnn.num_parameters()));
-  train("lstm", rnn, [&] { return sign_batch(data, 32); }, 300, 0.5);
+  train_steps("lstm", rnn, [&] { return sign_batch(data, 32); }, 300, 0.5);
   std::printf("lstm accuracy on a fresh batch: %.3f\n\n", accuracy(rnn, [&] { return sign_batch(data, 256); }));
 
   // Weights (and BatchNorm's running statistics) round-trip through a file.

@@ -15,10 +15,8 @@ used when present:
   the `val/...accuracy` columns.
 
 A `val/` cell holds the latest value in trainer.logs() when the row was
-written, so a new value first shows on the row after the step it was
-computed at (an epoch's validation on the next epoch's first row): each change
-is drawn at the previous row's step. The last epoch's validation, written
-after the last row, is not in the file.
+written; CsvLogger writes an epoch's last row after that epoch's validation,
+so each new value is drawn at the step of the row it first shows on.
 
 Exit status: 0 done; 2 bad input (no file, no `loss` column, no rows, a
 value that is not a number); 3 matplotlib missing (Debian: python3-matplotlib).
@@ -54,7 +52,7 @@ def read_metrics(path):
       x_label:  "global step" or "row";
       columns:  {name: [float or None per row]} for loss, accuracy and every val/ column;
       epochs:   [(epoch, last x, mean loss, mean accuracy or None)] in file order (when there is an epoch column);
-      val:      {name: [(x, value)]}: each new value of a val/ column, at the previous row's x.
+      val:      {name: [(x, value)]}: each new value of a val/ column, at the x of the row it first shows on.
     """
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
@@ -96,7 +94,7 @@ def read_metrics(path):
                                   sum(accs) / len(accs) if accs else None))
                 start = i
 
-    # Each new value of a val/ column belongs to the step before the row it first shows on.
+    # Each new value of a val/ column belongs to the step of the row it first shows on.
     val = {}
     for c in columns:
         if not c.startswith("val/"):
@@ -104,7 +102,7 @@ def read_metrics(path):
         points, last = [], None
         for i, v in enumerate(columns[c]):
             if v is not None and v != last and not (last is not None and math.isnan(v) and math.isnan(last)):
-                points.append((x[i - 1] if i > 0 else x[0] - 1, v))
+                points.append((x[i], v))
             last = v if v is not None else last
         val[c] = points
 

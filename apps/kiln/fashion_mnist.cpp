@@ -93,8 +93,9 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
       ckpt_dir, train::CheckpointCallbackOptions{.monitor = "val/loss", .restore_best = false});
   std::vector<std::shared_ptr<train::Callback>> callbacks = {
       std::make_shared<train::LRSchedulerCallback>(schedule),
-      std::make_shared<train::ProgressBar>(),
+      // Before the bar: the epoch's line then carries its val/loss and val/accuracy.
       std::make_shared<train::Validation>(test_loader),
+      std::make_shared<train::ProgressBar>(),
       std::make_shared<train::CsvLogger>(
           csv, train::CsvLoggerOptions{.append = false, .log_keys = {"val/loss", "val/accuracy"}}),
       std::make_shared<train::Summary>(),

@@ -89,8 +89,7 @@ void Optimizer::check_option(const std::string& option) const {
 
 double Optimizer::get(const std::string& option, size_t group) const {
   params(group);  // range check
-  check_option(option);
-  return option == "lr_scale" ? lr_scale_[group] : get_own(group, option);
+  return option == "lr_scale" ? lr_scale_[group] : get_own(group, option);  // get_own rejects unknown names
 }
 
 void Optimizer::set(size_t group, const std::string& option, double value) {

@@ -87,16 +87,17 @@ TEST(CsvLogger, LogKeyColumnsAndStepsThatDoNotClassify) {
   std::ostringstream sink;
   auto csv = std::make_shared<CsvLogger>(path, CsvLoggerOptions{.log_keys = {"val/loss"}});
   Trainer(2, {std::make_shared<testing::FakeValidation>(), csv}, {.out = &sink, .tty = false}).fit(s.task, s.loader);
-  // val/loss is the latest value when the row is written: none in epoch 1,
-  // epoch 1's validation in epoch 2. accuracy is empty.
+  // val/loss is the latest value when the row is written: none during epoch
+  // 1; an epoch's last row is written at its end, after the validation, so it
+  // carries that epoch's value (the final one is in the file). accuracy is empty.
   EXPECT_EQ(without_clock(read_bytes(path)),
             "epoch,step,global_step,loss,accuracy,lr,val/loss\n"
             "1,1,1,0.1,,0.1,\n"
             "1,2,2,0.1,,0.1,\n"
-            "1,3,3,0.1,,0.1,\n"
+            "1,3,3,0.1,,0.1,0.5\n"
             "2,1,4,0.1,,0.1,0.5\n"
             "2,2,5,0.1,,0.1,0.5\n"
-            "2,3,6,0.1,,0.1,0.5\n");
+            "2,3,6,0.1,,0.1,0.625\n");
 }
 
 TEST(CsvLogger, AppendOrTruncate) {

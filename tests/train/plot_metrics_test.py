@@ -26,7 +26,7 @@ plot_metrics = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(plot_metrics)
 
 HEADER = "epoch,step,global_step,loss,accuracy,lr,elapsed_s,step_ms,samples_per_s"
-# Two steps an epoch; epoch e's validation shows from epoch e + 1's first row on (CsvLogger's log_keys).
+# Two steps an epoch; epoch e's validation shows from its own last row on (CsvLogger's log_keys).
 ROWS = [
     "1,1,1,2.0,0.25,0.1,0.01,0.5,4000",
     "1,2,2,1.0,0.5,0.1,0.02,0.5,4000",
@@ -34,7 +34,7 @@ ROWS = [
     "2,2,4,0.6,1,0.1,0.04,0.5,4000",
     "3,1,5,0.5,1,0.1,0.05,0.5,4000",
 ]
-VAL = [",,", ",,", ",0.9,0.6", ",0.9,0.6", ",0.7,0.8"]
+VAL = [",,", ",0.9,0.6", ",0.9,0.6", ",0.7,0.8", ",0.7,0.8"]
 
 
 def png_size(path):
@@ -70,7 +70,7 @@ class PlotMetricsTest(unittest.TestCase):
         self.assertEqual(m["x_label"], "global step")
         self.assertEqual(m["columns"]["loss"], [2.0, 1.0, 0.8, 0.6, 0.5])
         self.assertEqual(m["epochs"], [(1.0, 2, 1.5, 0.375), (2.0, 4, 0.7, 0.875), (3.0, 5, 0.5, 1.0)])
-        # Epoch 1's validation first shows on row 3: it was computed at step 2.
+        # Epoch 1's validation first shows on row 2, the step it was computed at.
         self.assertEqual(m["val"], {"val/loss": [(2, 0.9), (4, 0.7)], "val/accuracy": [(2, 0.6), (4, 0.8)]})
 
     def test_draws_two_panels_into_a_png(self):

@@ -101,7 +101,7 @@ class Optimizer {
 
   // Typed option storage lives in the subclass (OptimizerWith<Options>).
   virtual std::vector<std::string> own_option_names() const = 0;
-  virtual double get_own(size_t group, const std::string& option) const = 0;
+  virtual double get_own(size_t group, const std::string& option) const = 0;  // unknown: unknown_option()
   // Validates the value (kiln::Error naming option and value) and sets it
   // only if valid.
   virtual void set_own(size_t group, const std::string& option, double value) = 0;
@@ -150,12 +150,15 @@ class OptimizerWith : public Optimizer {
     probe.visit([&](const char* n, auto&) { names.emplace_back(n); });
     return names;
   }
+  // Looks the option up without allocating: lr() is read every step.
   double get_own(size_t group, const std::string& option) const override {
     double out = 0;
+    bool found = false;
     Options copy = options_.at(group);
     copy.visit([&](const char* n, auto& field) {
-      if (option == n) out = double(field);
+      if (option == n) out = double(field), found = true;
     });
+    if (!found) this->unknown_option(group, option);
     return out;
   }
   void set_own(size_t group, const std::string& option, double value) override {

@@ -142,7 +142,8 @@ void CsvLogger::on_step_begin(Trainer& trainer) {
 }
 
 void CsvLogger::write_row(const Trainer& trainer, const StepResult& step) const {
-  const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count();
+  const auto end = step_end_.value_or(std::chrono::steady_clock::now());
+  const double step_s = std::chrono::duration<double>(end - step_start_).count();
   const io::Progress& p = trainer.progress();
   KILN_CHECK(last_global_step_ < 0 || p.global_step == last_global_step_ + 1, kOp,
              "'{}' ends at step {} but this is step {}: the file does not match the checkpoint resumed from", path_,
@@ -169,18 +170,34 @@ void CsvLogger::write_row(const Trainer& trainer, const StepResult& step) const 
   in_step_ = false;
 }
 
+void CsvLogger::write_pending(const Trainer& trainer) {
+  if (in_step_ && pending_) write_row(trainer, *pending_);
+  pending_.reset();
+  step_end_.reset();
+}
+
 void CsvLogger::on_step_end(Trainer& trainer, const StepResult& step) {
   // A checkpoint taken during this step by a callback registered before this
   // one has already written the row (see state()).
-  if (in_step_) write_row(trainer, step);
+  if (!in_step_) return;
+  if (!options_.log_keys.empty() && trainer.progress().step_in_epoch == trainer.steps_per_epoch()) {
+    pending_ = step;
+    step_end_ = std::chrono::steady_clock::now();
+    return;
+  }
+  write_row(trainer, step);
 }
 
-void CsvLogger::on_epoch_end(Trainer& trainer) { flush(false); }
+void CsvLogger::on_epoch_end(Trainer& trainer) {
+  write_pending(trainer);
+  flush(false);
+}
 
 void CsvLogger::on_train_end(Trainer& trainer) {
   // A run that completed without a step still leaves the header; a failed one
   // (perhaps failed opening this very file) touches nothing more.
   if (!file_ && !resume_bytes_ && trainer.state() != RunState::failed) open();
+  if (file_) write_pending(trainer);
   flush(true);
   close();
   resumed_ = false;
@@ -204,6 +221,8 @@ io::State CsvLogger::state() const {
     step.count = e.count - begin_count_;
     step.correct = e.classified > begin_classified_ ? e.correct - begin_correct_ : -1;
     write_row(*trainer_, step);
+    pending_.reset();
+    step_end_.reset();
   }
   flush(true);
   // Before the first step of a resumed run the file is not open yet: its

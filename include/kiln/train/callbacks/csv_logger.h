@@ -11,7 +11,10 @@
 // classify); lr is the optimizer's (group 0) during the step; elapsed_s the
 // training seconds so far; step_ms the step's wall time and samples_per_s its
 // samples over it. log_keys add one column each: the key's latest value in
-// Trainer::logs() when the row is written, empty while it has none.
+// Trainer::logs() when the row is written, empty while it has none. The
+// epoch's last row is written at its end, after a Validation registered before
+// the logger, so it carries that epoch's "val/..." values; the run's final
+// validation is in the file.
 //
 // Rows go through a buffered FILE*, flushed at each epoch end, and flushed and
 // fsynced at train end and whenever a checkpoint takes the logger's state.
@@ -30,6 +33,7 @@
 
 #include "kiln/io/checkpoint.h"
 #include "kiln/train/callback.h"
+#include "kiln/train/task.h"
 
 namespace kiln::train {
 
@@ -74,6 +78,7 @@ class CsvLogger : public Callback, public io::Stateful {
   void flush(bool sync) const;
   void truncate_to(int64_t bytes);
   void write_row(const Trainer& trainer, const StepResult& step) const;
+  void write_pending(const Trainer& trainer);
   void check_resumable(int64_t bytes) const;
 
   std::string path_;
@@ -92,6 +97,10 @@ class CsvLogger : public Callback, public io::Stateful {
   double lr_ = 0;                                                       // the optimizer's lr at on_step_begin
   int64_t begin_count_ = 0, begin_correct_ = 0, begin_classified_ = 0;  // epoch sums at on_step_begin
   std::chrono::steady_clock::time_point step_start_{};
+  // The epoch's last step: its row waits for on_epoch_end so that it carries
+  // this epoch's validation values (log_keys); its duration ends here.
+  mutable std::optional<StepResult> pending_;
+  mutable std::optional<std::chrono::steady_clock::time_point> step_end_;
 };
 
 }  // namespace kiln::train
