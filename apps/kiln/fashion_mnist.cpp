@@ -103,8 +103,9 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   };
   train::Trainer trainer(epochs, callbacks, {.out = &log, .tty = o.tty, .config = config_json(o, epochs)});
 
-  fmt::print(log, "{}: {} parameters · {} train / {} test images · batch {} · {} epochs · {} threads\n", o.model,
-             model->num_parameters(), train_set->size(), test_set->size(), o.batch_size, epochs, get_num_threads());
+  fmt::print(log, "{}: {} parameters · {} train / {} test images · batch {} · {} epoch{} · {} thread{}\n", o.model,
+             model->num_parameters(), train_set->size(), test_set->size(), o.batch_size, epochs, epochs == 1 ? "" : "s",
+             get_num_threads(), get_num_threads() == 1 ? "" : "s");
 
   trainer.fit(task, train_loader, resume);
 
