@@ -21,7 +21,6 @@
 #include "kiln/train/callbacks/progress_bar.h"
 #include "kiln/train/callbacks/summary.h"
 #include "kiln/train/callbacks/validation.h"
-#include "kiln/train/metrics.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::app {
@@ -91,10 +90,11 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   // the test set.
   auto checkpoints = std::make_shared<train::CheckpointCallback>(
       ckpt_dir, train::CheckpointCallbackOptions{.monitor = "val/loss", .restore_best = false});
+  auto validation = std::make_shared<train::Validation>(test_loader);
   std::vector<std::shared_ptr<train::Callback>> callbacks = {
       std::make_shared<train::LRSchedulerCallback>(schedule),
       // Before the bar: the epoch's line then carries its val/loss and val/accuracy.
-      std::make_shared<train::Validation>(test_loader),
+      validation,
       std::make_shared<train::ProgressBar>(),
       std::make_shared<train::CsvLogger>(
           csv, train::CsvLoggerOptions{.append = false, .log_keys = {"val/loss", "val/accuracy"}}),
@@ -109,25 +109,19 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
 
   trainer.fit(task, train_loader, resume);
 
-  // Final test accuracy of the weights training ended with.
-  train::Mean loss;
-  train::Accuracy accuracy;
-  model->eval();
-  test_loader->next_epoch();
-  for (const data::Batch& b : *test_loader) {
-    train::StepResult r = task.validation_step(b);
-    loss.update(r.loss, double(r.count));
-    accuracy.update(r.correct, r.count);
-  }
+  // The test accuracy of the weights training ended with: Validation's last
+  // evaluation (after the last epoch, or at train end for a run stopped
+  // mid-epoch; restored from the checkpoint when nothing was left to train).
+  const train::ValidationResult& test = validation->result();
   FashionMnistResult result;
-  result.test_accuracy = accuracy.result();
-  result.test_loss = loss.result();
+  result.test_accuracy = test.accuracy;
+  result.test_loss = test.loss;
   result.epochs = trainer.progress().epoch;
   result.train_seconds = trainer.elapsed();
   result.checkpoint = checkpoints->latest();
   result.csv = csv;
   fmt::print(log, "test accuracy: {:.4f} · loss {:.4f} ({} images)\n", result.test_accuracy, result.test_loss,
-             accuracy.count());
+             test.count);
   fmt::print(log, "wrote {} and {}\n", csv, result.checkpoint);
   return result;
 }

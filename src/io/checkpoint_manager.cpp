@@ -198,14 +198,7 @@ void CheckpointManager::open_folder() {
 }
 
 bool CheckpointManager::is_better(double metric) const {
-  // Keras' rule: the metric must beat the best by more than min_delta; before
-  // any best, the reference is +inf (min) or -inf (max). NaN compares false.
-  if (options_.mode == MetricMode::min) {
-    double ref = best_ ? best_->metric : std::numeric_limits<double>::infinity();
-    return metric + options_.min_delta < ref;
-  }
-  double ref = best_ ? best_->metric : -std::numeric_limits<double>::infinity();
-  return metric - options_.min_delta > ref;
+  return improves(metric, best_ ? best_->metric : worst_metric(options_.mode), options_.mode, options_.min_delta);
 }
 
 void CheckpointManager::recompute_best() {

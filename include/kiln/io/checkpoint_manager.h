@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,17 @@ namespace kiln::io {
 
 /// Whether a lower (a loss) or a higher (an accuracy) metric is better.
 enum class MetricMode { min, max };
+
+/// Keras' improvement rule, shared by the manager and the callbacks that
+/// monitor a metric: min mode `value + min_delta < best`, max mode
+/// `value - min_delta > best`; a tie is no improvement, NaN never is.
+inline bool improves(double value, double best, MetricMode mode, double min_delta) {
+  return mode == MetricMode::min ? value + min_delta < best : value - min_delta > best;
+}
+/// The best before any value: +inf in min mode, -inf in max mode.
+inline double worst_metric(MetricMode mode) {
+  return mode == MetricMode::min ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+}
 
 struct CheckpointManagerOptions {
   int64_t keep_last = 3;              // the newest checkpoints kept (>= 1)

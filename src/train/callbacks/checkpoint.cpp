@@ -85,7 +85,7 @@ void CheckpointCallback::on_epoch_end(Trainer& trainer) {
   last_epoch_ = epoch;
   save(trainer, value);  // after updating our state: the checkpoint holds it
 
-  std::string from = detail::format_value(previous.value_or(detail::worst_value(options_.mode)));
+  std::string from = detail::format_value(previous.value_or(io::worst_metric(options_.mode)));
   if (improved)
     trainer.out() << fmt::format("epoch {}: {} improved from {} to {} — saving model\n", epoch, name, from,
                                  detail::format_value(value));
@@ -176,7 +176,7 @@ ModelCheckpoint::ModelCheckpoint(std::string path, ModelCheckpointOptions option
 }
 
 void ModelCheckpoint::reset() {
-  best_ = detail::worst_value(options_.mode);
+  best_ = io::worst_metric(options_.mode);
   best_epoch_ = 0;
 }
 
@@ -187,7 +187,7 @@ void ModelCheckpoint::on_train_begin(Trainer& trainer) {
 void ModelCheckpoint::on_epoch_end(Trainer& trainer) {
   double value = detail::monitored_value(trainer, options_.monitor, "ModelCheckpoint");
   int64_t epoch = detail::epoch_number(trainer);
-  if (!detail::is_improvement(value, best_, options_.mode, options_.min_delta)) {
+  if (!io::improves(value, best_, options_.mode, options_.min_delta)) {
     if (options_.verbose)
       trainer.out() << fmt::format("epoch {}: {} did not improve from {}\n", epoch, display_name_,
                                    detail::format_value(best_))

@@ -22,12 +22,12 @@ EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : options_(std::move(
 }
 
 void EarlyStopping::reset() {
-  best_ = detail::worst_value(options_.mode);
+  best_ = io::worst_metric(options_.mode);
   best_epoch_ = wait_ = stopped_epoch_ = 0;
 }
 
 bool EarlyStopping::improves(double value, double reference) const {
-  return detail::is_improvement(value, reference, options_.mode, options_.min_delta);
+  return io::improves(value, reference, options_.mode, options_.min_delta);
 }
 
 void EarlyStopping::on_train_begin(Trainer& trainer) {

@@ -1,5 +1,5 @@
 // What EarlyStopping, CheckpointCallback and ModelCheckpoint share: reading a
-// monitored value from trainer.logs(), Keras' improvement rule, the epoch
+// monitored value from trainer.logs() (the improvement rule is io::improves), the epoch
 // number they print and the 4-decimal format of their values.
 #pragma once
 
@@ -27,15 +27,6 @@ inline double monitored_value(const Trainer& trainer, const std::string& monitor
             "that writes it (Validation for \"val/...\") before this one, or monitor one of those",
             monitor, trainer.progress().epoch + 1, present.empty() ? "none" : present);
 }
-
-/// Keras' rule: min mode `value + min_delta < reference`, max mode
-/// `value - min_delta > reference`; a tie is no improvement, NaN never is.
-inline bool is_improvement(double value, double reference, io::MetricMode mode, double min_delta) {
-  return mode == io::MetricMode::min ? value + min_delta < reference : value - min_delta > reference;
-}
-
-/// The value nothing has beaten yet: +inf in min mode, -inf in max mode.
-inline double worst_value(io::MetricMode mode) { return mode == io::MetricMode::min ? INFINITY : -INFINITY; }
 
 /// The 1-based number of the epoch whose on_epoch_end is running.
 inline int64_t epoch_number(const Trainer& trainer) { return trainer.progress().epoch + 1; }
