@@ -14,11 +14,6 @@
 namespace kiln::app {
 namespace {
 
-std::string temp_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / fmt::format("kiln_job_{}_{}", ::getpid(), name);
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
 
 int64_t count_lines(const std::string& path) {
   std::ifstream in(path);
@@ -28,7 +23,7 @@ int64_t count_lines(const std::string& path) {
 }
 
 TEST(FashionMnistJob, OneEpochOfTheCnnLearns) {
-  std::string out_dir = temp_dir("cnn");
+  std::string out_dir = kiln::testing::fresh_dir();
   std::ostringstream log;
   FashionMnistOptions o{.epochs = 1, .out = out_dir, .limit = 12000, .test_limit = 2000, .log = &log, .tty = false};
   FashionMnistResult r = train_fashion_mnist(o);
@@ -62,7 +57,7 @@ TEST(FashionMnistJob, Errors) {
   std::ostringstream log;
   EXPECT_KILN_ERROR(train_fashion_mnist({.model = "vit", .log = &log}), "--model must be cnn or mlp, got 'vit'");
   EXPECT_KILN_ERROR(train_fashion_mnist({.data = "/nonexistent", .log = &log}), "dataset-fashion-mnist");
-  std::string dir = temp_dir("empty");
+  std::string dir = kiln::testing::fresh_dir();
   EXPECT_KILN_ERROR(train_fashion_mnist({.out = dir, .resume = "latest", .log = &log}), "no checkpoint in");
   std::filesystem::remove_all(dir);
 }

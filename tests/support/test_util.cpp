@@ -2,6 +2,7 @@
 #include "tests/support/test_util.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -67,6 +68,15 @@ Tensor golden_tensor(const nlohmann::json& j) {
   if (a.dtype() != b.dtype())
     return ::testing::AssertionFailure() << "dtypes differ: " << name(a.dtype()) << " vs " << name(b.dtype());
   return all_close(a, b, 0.0, 0.0);
+}
+
+std::string fresh_dir(const std::string& suffix) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "kiln_tests" /
+                              (std::string(info->test_suite_name()) + "." + info->name() + suffix);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
 }
 
 std::string read_bytes(const std::string& path) {

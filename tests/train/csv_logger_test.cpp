@@ -54,7 +54,7 @@ std::string without_clock(const std::string& csv) {
 }
 
 TEST(CsvLogger, OneRowPerStep) {
-  const std::string path = testing::test_dir() + "/log.csv";
+  const std::string path = kiln::testing::fresh_dir() + "/log.csv";
   Rig<ScriptedTask> s;
   std::ostringstream sink;
   auto csv = std::make_shared<CsvLogger>(path);
@@ -82,7 +82,7 @@ TEST(CsvLogger, LogKeyColumnsAndStepsThatDoNotClassify) {
     using Task::Task;
     StepResult training_step(const data::Batch& b) override { return {0.1, b.size(), -1}; }
   };
-  const std::string path = testing::test_dir() + "/log.csv";
+  const std::string path = kiln::testing::fresh_dir() + "/log.csv";
   Rig<Regression> s;
   std::ostringstream sink;
   auto csv = std::make_shared<CsvLogger>(path, CsvLoggerOptions{.log_keys = {"val/loss"}});
@@ -101,7 +101,7 @@ TEST(CsvLogger, LogKeyColumnsAndStepsThatDoNotClassify) {
 }
 
 TEST(CsvLogger, AppendOrTruncate) {
-  const std::string path = testing::test_dir() + "/log.csv";
+  const std::string path = kiln::testing::fresh_dir() + "/log.csv";
   std::ostringstream sink;
   {
     Rig<ScriptedTask> s;
@@ -124,7 +124,7 @@ TEST(CsvLogger, AppendOrTruncate) {
 }
 
 TEST(CsvLogger, RefusesToAppendUnderAnotherHeader) {
-  const std::string path = testing::test_dir() + "/log.csv";
+  const std::string path = kiln::testing::fresh_dir() + "/log.csv";
   write_bytes(path, "a,b\n1,2\n");
   Rig<ScriptedTask> s;
   std::ostringstream sink;
@@ -144,7 +144,7 @@ TEST(CsvLogger, BadArguments) {
 // is "killed" two steps later (its rows after the checkpoint stay in the
 // file), then a fresh process resuming from the checkpoint.
 void expect_resume_equals_straight(int64_t at, bool saver_first = false) {
-  const std::string dir = testing::test_dir();
+  const std::string dir = kiln::testing::fresh_dir();
   const std::string straight_path = dir + "/straight.csv", path = dir + "/log.csv", ckpt = dir + "/ckpt.safetensors";
   std::ostringstream sink;
   {
@@ -178,7 +178,7 @@ TEST(CsvLogger, ResumeFromACheckpointTakenBeforeTheLoggersHook) { expect_resume_
 TEST(CsvLogger, ResumeFromAClassifyingCheckpointTakenBeforeTheLoggersHook) {
   // The same with the scripted task, whose rows are known: the row written by
   // state() has the step's loss and accuracy.
-  const std::string dir = testing::test_dir();
+  const std::string dir = kiln::testing::fresh_dir();
   const std::string path = dir + "/log.csv", ckpt = dir + "/ckpt.safetensors";
   std::ostringstream sink;
   Rig<ScriptedTask> s;
@@ -192,7 +192,7 @@ TEST(CsvLogger, ResumeFromAClassifyingCheckpointTakenBeforeTheLoggersHook) {
 }
 
 TEST(CsvLogger, ResumeNeedsTheFile) {
-  const std::string dir = testing::test_dir();
+  const std::string dir = kiln::testing::fresh_dir();
   const std::string path = dir + "/log.csv", ckpt = dir + "/ckpt.safetensors";
   std::ostringstream sink;
   {

@@ -88,7 +88,7 @@ TEST(LRSchedulerCallback, ReduceOnPlateauNeedsItsMetric) {
 // scheduler callback at step 4, so the scheduler is saved one step behind and
 // must be caught up on resume.
 void expect_resume_follows_the_schedule(bool saver_first) {
-  const std::string ckpt = testing::test_dir() + "/ckpt.safetensors";
+  const std::string ckpt = kiln::testing::fresh_dir() + "/ckpt.safetensors";
   std::ostringstream sink;
   Rig<> straight;
   auto all = std::make_shared<RecordLr>();

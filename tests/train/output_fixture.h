@@ -83,16 +83,6 @@ struct FakeValidation : Callback {
   }
 };
 
-// A fresh folder for one test.
-inline std::string test_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) / "kiln_output_callbacks" / info->test_suite_name() / info->name();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
-
 // "0.65s · 0.7 ms/step · 1.26M sample/s" -> "<time>": the fields that depend on the clock.
 inline std::string mask_times(const std::string& s) {
   static const std::regex timing(R"(\d+\.\d\ds · \d+\.\d+ ms/step · \d+\.\d\d[KMGTP]? sample/s)");

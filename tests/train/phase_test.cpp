@@ -68,7 +68,7 @@ TEST(PhaseCallback, BadPhases) {
 }
 
 TEST(PhaseCallback, ResumeEntersThePhaseItResumesIn) {
-  const std::string ckpt = testing::test_dir() + "/ckpt.safetensors";
+  const std::string ckpt = kiln::testing::fresh_dir() + "/ckpt.safetensors";
   std::ostringstream sink;
   auto make = [] {
     auto p = std::make_shared<PhaseCallback>();
@@ -95,7 +95,7 @@ TEST(PhaseCallback, ResumeEntersThePhaseItResumesIn) {
 
 TEST(PhaseCallback, WithTheOtherOutputCallbacks) {
   // The five output callbacks of one run, in the order docs/callbacks.md gives.
-  const std::string csv_path = testing::test_dir() + "/log.csv";
+  const std::string csv_path = kiln::testing::fresh_dir() + "/log.csv";
   Rig<ScriptedTask> s;
   std::ostringstream out;
   auto phases = std::make_shared<PhaseCallback>();

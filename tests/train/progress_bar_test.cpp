@@ -149,7 +149,7 @@ TEST(ProgressBar, StoppedMidEpochStillEndsItsLine) {
 }
 
 TEST(ProgressBar, ResumesMidEpochAtItsStep) {
-  const std::string ckpt = testing::test_dir() + "/step-4.safetensors";
+  const std::string ckpt = kiln::testing::fresh_dir() + "/step-4.safetensors";
   {
     Rig<> s;
     std::ostringstream out;

@@ -103,7 +103,7 @@ TEST(Summary, TokensForSequenceWorkloads) {
 }
 
 TEST(Summary, ResumedRunCoversTheWholeRun) {
-  const std::string ckpt = testing::test_dir() + "/step-4.safetensors";
+  const std::string ckpt = kiln::testing::fresh_dir() + "/step-4.safetensors";
   Rig<> straight;
   auto full = std::make_shared<Summary>();
   std::ostringstream sink;

@@ -91,13 +91,4 @@ inline std::vector<std::string> lines_starting(const std::string& text, const st
   return out;
 }
 
-/// A fresh, empty folder for this test under gtest's TempDir().
-inline std::string fresh_dir(const std::string& suffix = "") {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string dir = ::testing::TempDir() + "kiln_callbacks/" + info->test_suite_name() + "." + info->name() + suffix;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 }  // namespace kiln::testing

@@ -184,9 +184,7 @@ struct SaveAt : Callback {
   }
 };
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / fmt::format("kiln_trainer_{}_{}", ::getpid(), name)).string();
-}
+std::string temp_path(const std::string& name) { return kiln::testing::fresh_dir() + "/" + name; }
 
 // I3 through the Trainer: shuffled order, dropout masks, Adam moments and the
 // epoch's sums all continue exactly.
