@@ -19,9 +19,8 @@ void update(const Tensor& loss, optim::Optimizer& opt) {
   opt.zero_grad();
 }
 
+// Logits [B, 1] f32 (checked by the caller) above or below 0.
 int64_t count_positive(const Tensor& logits, bool positive) {
-  KILN_CHECK(logits.dtype() == kF32, "gan_discriminator_step", "discriminator logits must be f32, got {}",
-             name(logits.dtype()));
   Tensor l = logits.contiguous();
   const float* p = l.data<float>();
   int64_t n = 0;
@@ -71,6 +70,9 @@ StepResult gan_discriminator_step(const Forward& generator, const Forward& discr
                                   const Tensor& real, const Tensor& noise) {
   Tensor fake = generator(noise).detach();  // no gradient reaches the generator
   Tensor real_logits = discriminator(real), fake_logits = discriminator(fake);  // [B, 1]
+  // Checked before the update: an error leaves the discriminator as it was.
+  KILN_CHECK(real_logits.dtype() == kF32 && fake_logits.dtype() == kF32, "gan_discriminator_step",
+             "discriminator logits must be f32, got {}", name(real_logits.dtype()));
   Tensor loss = add(binary_cross_entropy_with_logits(real_logits, ones_like(real_logits)),
                     binary_cross_entropy_with_logits(fake_logits, zeros_like(fake_logits)));
   update(loss, d_opt);

@@ -122,5 +122,21 @@ TEST(Steps, GanPhasesTouchOnlyTheirNetwork) {
   EXPECT_FALSE(equal(gen->weight.value().detach(), g_before.at("weight")));
 }
 
+TEST(Steps, GanDiscriminatorNeedsF32Logits) {
+  Rngs rngs(4);
+  auto gen = nn::make<nn::Linear>(4, 6, rngs);
+  auto disc = nn::make<nn::Linear>(6, 1, rngs);
+  gen->to(kF64);
+  disc->to(kF64);
+  optim::SGD d_opt(disc->parameters(), {.lr = 0.1});
+  Generator g(5);
+  Tensor real = randn({8, 6}, g, {.dtype = kF64}), noise = randn({8, 4}, g, {.dtype = kF64});
+  auto before = disc->state_dict();
+  EXPECT_KILN_ERROR(gan_discriminator_step(call(gen), call(disc), d_opt, real, noise),
+                    "[gan_discriminator_step] discriminator logits must be f32, got f64");
+  EXPECT_TRUE(equal(disc->weight.value().detach(), before.at("weight")));  // refused before the update
+  EXPECT_EQ(d_opt.step_count(), 0);
+}
+
 }  // namespace
 }  // namespace kiln::train

@@ -238,6 +238,15 @@ TEST(Trainer, Errors) {
   EXPECT_KILN_ERROR(Trainer(0), "max_epochs must be positive, got 0");
   EXPECT_KILN_ERROR(Trainer(1, {nullptr}), "callback 0 is null");
   EXPECT_KILN_ERROR(Trainer(1, {}, {.max_steps = -1}), "max_steps");
+  EXPECT_KILN_ERROR(Trainer(1, {}, {.tokens_per_sample = -2}),
+                    "run.tokens_per_sample must be non-negative, got -2");
+  {  // fit() from inside a running fit()
+    Golden g;
+    auto reenter = std::make_shared<AtStep>([&](Trainer& t) { t.fit(*g.task, *g.loader); });
+    Trainer inner(1, {reenter});
+    EXPECT_KILN_ERROR(inner.fit(*g.task, *g.loader), "[Trainer.fit] already running");
+    EXPECT_EQ(inner.state(), RunState::failed);
+  }
   Trainer t(1);
   EXPECT_KILN_ERROR(t.task(), "[Trainer.task] only available during fit()");
   EXPECT_KILN_ERROR(t.set_epoch_label(3, 2), "need 1 <= number <= count, got 3 of 2");
