@@ -7,9 +7,14 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <malloc.h>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "kiln/core/allocator.h"
 
 namespace bench {
 
@@ -54,6 +59,73 @@ inline void emit(const std::string& bench, const char* metric, const char* unit,
   std::fflush(stdout);
 }
 
+// ---- training workloads (issue 8) ----
+//
+// A workload bench times one full training step (forward + loss + backward +
+// optimizer step + zero grad) on a fixed synthetic batch and emits, through
+// emit_workload():
+//   "throughput"  items per second; items are samples, tokens, sequences or
+//                 steps (unit e.g. "samples/s"), or "time" in us/call when
+//                 the workload is a single call (ac_forward_b1)
+//   "gflops"      flops_per_step / seconds per step; bench/run divides it by
+//                 fma_peak for "peak_fraction". flops_per_step counts the
+//                 matmuls and convolutions a step must run, 2 flops per
+//                 multiply-add: forward, weight grads, and input grads except
+//                 the network input's (data needs no grad); forward only for
+//                 inference. Both sides use the same count.
+//   "peak_mem"    MB the workload adds at its peak: the process's peak RSS
+//                 while building and running it, minus RSS before building
+//   "peak_rss"    MB, the process's peak RSS over the same interval
+// bench/torch_train_*.py do the same with torch_util.MemoryProbe.
+
+// Peak-RSS probe: construction resets the kernel's high-water mark
+// (/proc/self/clear_refs "5") and records the current RSS.
+class MemoryProbe {
+ public:
+  MemoryProbe() {
+    kiln::empty_cache();  // blocks cached by an earlier bench would hide this one's allocations
+    malloc_trim(0);
+    if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+      std::fputs("5", f);
+      std::fclose(f);
+    }
+    base_kb_ = status_kb("VmRSS:");
+  }
+  double peak_mb() const { return double(status_kb("VmHWM:")) / 1024.0; }
+  double added_mb() const { return double(status_kb("VmHWM:") - base_kb_) / 1024.0; }
+
+ private:
+  static long status_kb(const char* key) {
+    long kb = 0;
+    if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+      char line[256];
+      size_t n = std::strlen(key);
+      while (std::fgets(line, sizeof line, f))
+        if (std::strncmp(line, key, n) == 0) kb = std::strtol(line + n, nullptr, 10);
+      std::fclose(f);
+    }
+    return kb;
+  }
+  long base_kb_ = 0;
+};
+
+struct Workload {
+  const char* unit = "samples/s";  // throughput's unit; "us/call" emits "time" instead
+  double items_per_step = 0;       // samples, tokens, sequences or steps per call
+  double flops_per_step = 0;       // see above
+};
+
+// Times `step` (about 0.5 s per repetition) and emits the figures above.
+template <class F>
+void run_workload(const std::string& name, const Workload& w, const MemoryProbe& mem, F&& step) {
+  double sec = seconds_per_call(step, 0.5);
+  if (std::strcmp(w.unit, "us/call") == 0) emit(name, "time", w.unit, sec * 1e6);
+  else emit(name, "throughput", w.unit, w.items_per_step / sec);
+  emit(name, "gflops", "GFLOP/s", w.flops_per_step / sec * 1e-9);
+  emit(name, "peak_mem", "MB", mem.added_mb());
+  emit(name, "peak_rss", "MB", mem.peak_mb());
+}
+
 struct Bench {
   std::string name;
   std::function<void(const std::string&)> run;  // called with the bench's name
@@ -69,5 +141,7 @@ void mha_benches(std::vector<Bench>& out);        // MultiheadAttention, Transfo
 void recurrent_benches(std::vector<Bench>& out);  // lstm, gru fwd+bwd: recurrent_bench.cpp
 void optim_benches(std::vector<Bench>& out);      // one AdamW step, copy-bandwidth probe: optim_bench.cpp
 void io_benches(std::vector<Bench>& out);         // checkpoint save and load: io_bench.cpp
+// Training workloads (issue 8; bench/run workloads): one file per family.
+void train_mlp_benches(std::vector<Bench>& out);  // mlp_b64, mlp_b256: train_mlp_bench.cpp
 
 }  // namespace bench
