@@ -108,8 +108,13 @@ AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& k
   return run(query, key, value, &rngs, call);
 }
 
-AttentionOutput MultiheadAttention::run(const Tensor& query, const Tensor& key, const Tensor& value, Rngs* rngs,
-                                        const AttentionCall& call) const {
+AttentionOutput MultiheadAttention::run(const Tensor& query_in, const Tensor& key_in, const Tensor& value_in,
+                                        Rngs* rngs, const AttentionCall& call) const {
+  // Mixed precision (docs/mixed_precision.md): inputs and projections in the compute dtype. Casting one
+  // tensor once keeps self-attention's query, key and value the same tensor (one GEMM).
+  const Tensor query = to_compute(query_in);
+  const Tensor key = key_in.is_same(query_in) ? query : to_compute(key_in);
+  const Tensor value = value_in.is_same(query_in) ? query : value_in.is_same(key_in) ? key : to_compute(value_in);
   // ---- checks: shapes, dtypes, masks, randomness ----
   KILN_CHECK(query.defined() && key.defined() && value.defined(), kMha, "query, key and value must be defined");
   KILN_CHECK(query.dim() == 3 && key.dim() == 3 && value.dim() == 3, kMha,
@@ -126,7 +131,7 @@ AttentionOutput MultiheadAttention::run(const Tensor& query, const Tensor& key, 
              to_string(query.shape()), to_string(key.shape()), to_string(value.shape()));
   KILN_CHECK(value.size(1) == Tk, kMha, "key {} and value {} differ in length (Tk {} vs {})", to_string(key.shape()),
              to_string(value.shape()), Tk, value.size(1));
-  const DType dt = out_proj->weight.dtype();
+  const DType dt = compute_dtype().value_or(out_proj->weight.dtype());
   KILN_CHECK(query.dtype() == dt && key.dtype() == dt && value.dtype() == dt, kMha,
              "query {} {}, key {} {} and value {} {} must have the layer's dtype {}", to_string(query.shape()),
              name(query.dtype()), to_string(key.shape()), name(key.dtype()), to_string(value.shape()),
@@ -152,10 +157,10 @@ AttentionOutput MultiheadAttention::run(const Tensor& query, const Tensor& key, 
              "dropout {} in training draws from rngs: call forward(query, key, value, rngs, ...) or eval()", dropout);
 
   // ---- projections: q [B, Tq, D], k [B, Tk, D], v [B, Tk, D] ----
-  const Tensor& bias = in_proj_bias;
+  const Tensor bias = to_compute(in_proj_bias);
   Tensor q, k, v;
   if (in_proj_weight.defined()) {
-    const Tensor& w = in_proj_weight;
+    const Tensor w = to_compute(in_proj_weight);
     if (query.is_same(key) && key.is_same(value)) {  // self-attention: one GEMM for q, k, v
       // [B, T, 3D] -> three views; split's vjp joins their grads with one cat.
       std::vector<Tensor> qkv = split(linear(query, w, bias), D, 2);
@@ -173,9 +178,9 @@ AttentionOutput MultiheadAttention::run(const Tensor& query, const Tensor& key, 
       v = linear(value, narrow(w, 0, 2 * D, D), maybe_narrow(bias, 2 * D, D));
     }
   } else {
-    q = linear(query, q_proj_weight, maybe_narrow(bias, 0, D));
-    k = linear(key, k_proj_weight, maybe_narrow(bias, D, D));
-    v = linear(value, v_proj_weight, maybe_narrow(bias, 2 * D, D));
+    q = linear(query, to_compute(q_proj_weight), maybe_narrow(bias, 0, D));
+    k = linear(key, to_compute(k_proj_weight), maybe_narrow(bias, D, D));
+    v = linear(value, to_compute(v_proj_weight), maybe_narrow(bias, 2 * D, D));
   }
 
   // ---- attention per head: [B, H, Tq, Dh] ----
@@ -256,10 +261,11 @@ Tensor TransformerBlock::forward(const Tensor& x, Rngs& rngs, const BlockCall& c
   return run(x, &rngs, call);
 }
 
-Tensor TransformerBlock::run(const Tensor& x, Rngs* rngs, const BlockCall& call) const {
-  KILN_CHECK(x.defined() && x.dim() == 3 && x.size(2) == dim, kBlock, "x {} must be [B, T, D = {}]",
-             x.defined() ? to_string(x.shape()) : "undefined", dim);
-  const DType dt = linear1->weight.dtype();
+Tensor TransformerBlock::run(const Tensor& x_in, Rngs* rngs, const BlockCall& call) const {
+  KILN_CHECK(x_in.defined() && x_in.dim() == 3 && x_in.size(2) == dim, kBlock, "x {} must be [B, T, D = {}]",
+             x_in.defined() ? to_string(x_in.shape()) : "undefined", dim);
+  const Tensor x = to_compute(x_in);  // mixed precision: the residual stream in the compute dtype
+  const DType dt = compute_dtype().value_or(linear1->weight.dtype());
   KILN_CHECK(x.dtype() == dt, kBlock, "x {} {} must have the block's dtype {}", to_string(x.shape()), name(x.dtype()),
              name(dt));
   const int64_t B = x.size(0);

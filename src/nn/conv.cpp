@@ -110,7 +110,7 @@ Conv1d::Conv1d(int64_t in, int64_t out, int64_t k, const Init& init, ConvOptions
 Tensor Conv1d::forward(const Tensor& x) const {
   check_input("Conv1d", x, 1, in_channels);
   return in_layer("Conv1d", [&] {
-    return conv1d(x, weight, bias, options.stride.h, options.padding, options.dilation.h, options.groups);
+    return conv1d(to_compute(x), to_compute(weight), to_compute(bias), options.stride.h, options.padding, options.dilation.h, options.groups);
   });
 }
 
@@ -136,7 +136,7 @@ Conv2d::Conv2d(int64_t in, int64_t out, Size2 k, const Init& init, ConvOptions o
 Tensor Conv2d::forward(const Tensor& x) const {
   check_input("Conv2d", x, 2, in_channels);
   return in_layer("Conv2d", [&] {
-    return conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+    return conv2d(to_compute(x), to_compute(weight), to_compute(bias), options.stride, options.padding, options.dilation, options.groups);
   });
 }
 
@@ -168,7 +168,7 @@ ConvTranspose1d::ConvTranspose1d(int64_t in, int64_t out, int64_t k, const Init&
 Tensor ConvTranspose1d::forward(const Tensor& x) const {
   check_input("ConvTranspose1d", x, 1, in_channels);
   return in_layer("ConvTranspose1d", [&] {
-    return conv_transpose1d(x, swap_group_blocks(weight, options.groups), bias, options.stride.h, options.padding.h,
+    return conv_transpose1d(to_compute(x), swap_group_blocks(to_compute(weight), options.groups), to_compute(bias), options.stride.h, options.padding.h,
                             options.output_padding.h, options.groups, options.dilation.h);
   });
 }
@@ -202,7 +202,7 @@ ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, Size2 k, const Init& i
 Tensor ConvTranspose2d::forward(const Tensor& x) const {
   check_input("ConvTranspose2d", x, 2, in_channels);
   return in_layer("ConvTranspose2d", [&] {
-    return conv_transpose2d(x, swap_group_blocks(weight, options.groups), bias, options.stride, options.padding,
+    return conv_transpose2d(to_compute(x), swap_group_blocks(to_compute(weight), options.groups), to_compute(bias), options.stride, options.padding,
                             options.output_padding, options.groups, options.dilation);
   });
 }

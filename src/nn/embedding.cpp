@@ -39,7 +39,9 @@ Embedding::Embedding(int64_t V, int64_t D, const Init& init, EmbeddingOptions op
 
 Tensor Embedding::forward(const Tensor& indices) const {
   check_indices("Embedding", indices, false);
-  return in_layer("Embedding", [&] { return embedding(weight, indices, padding_idx); });
+  // Mixed precision: the gathered rows in the compute dtype (the gather and its
+  // scatter-add backward stay in the weight's dtype).
+  return in_layer("Embedding", [&] { return to_compute(embedding(weight, indices, padding_idx)); });
 }
 
 std::string Embedding::extra_repr() const {
@@ -56,7 +58,7 @@ ByteEmbedding::ByteEmbedding(int64_t D, const Init& init) : embedding_dim(D) {
 Tensor ByteEmbedding::forward(const Tensor& bytes) const {
   check_indices("ByteEmbedding", bytes, true);
   // u8 values index the 256 rows directly; the op takes i64/i32 indices.
-  return in_layer("ByteEmbedding", [&] { return embedding(weight, bytes.dtype() == kU8 ? bytes.to(kI32) : bytes); });
+  return in_layer("ByteEmbedding", [&] { return to_compute(embedding(weight, bytes.dtype() == kU8 ? bytes.to(kI32) : bytes)); });
 }
 
 std::string ByteEmbedding::extra_repr() const { return fmt::format("256, {}", embedding_dim); }
@@ -71,7 +73,7 @@ Tensor ByteOutputHead::forward(const Tensor& x) const {
   KILN_CHECK(x.defined(), "ByteOutputHead", "input is undefined");
   KILN_CHECK(x.dim() >= 1 && x.shape().back() == embedding_dim, "ByteOutputHead",
              "input {} must end in embedding_dim {}", to_string(x.shape()), embedding_dim);
-  return in_layer("ByteOutputHead", [&] { return linear(x, weight, bias); });
+  return in_layer("ByteOutputHead", [&] { return linear(to_compute(x), to_compute(weight), to_compute(bias)); });
 }
 
 std::string ByteOutputHead::extra_repr() const {

@@ -13,7 +13,10 @@ Linear::Linear(int64_t in, int64_t out, const Init& init, bool with_bias) : in_f
   if (with_bias) bias = register_parameter("bias", init.make_bias({out}, {in, out}));
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) const {
+  // Mixed precision (docs/mixed_precision.md): input and parameters in the compute dtype.
+  return linear(to_compute(x), to_compute(weight), to_compute(bias));
+}
 
 std::string Linear::extra_repr() const {
   return fmt::format("in_features={}, out_features={}, bias={}", in_features, out_features, bias.defined());

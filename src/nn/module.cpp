@@ -324,6 +324,23 @@ Module& Module::to(DType dtype) {
   return *this;
 }
 
+Module& Module::set_compute_dtype(DType dtype) {
+  KILN_CHECK(is_floating(dtype), "Module.set_compute_dtype", "compute dtype must be floating (bf16, f32, f64), got {}",
+             name(dtype));
+  apply([&](Module& m) { m.compute_dtype_ = dtype; });
+  return *this;
+}
+
+Tensor Module::to_compute(const Tensor& t) const {
+  if (!compute_dtype_ || !t.defined() || !is_floating(t.dtype()) || t.dtype() == *compute_dtype_) return t;
+  return kiln::to(t, *compute_dtype_);  // differentiable: the grad comes back in t's dtype
+}
+
+Tensor Module::to_precise(const Tensor& t, DType dtype) const {
+  if (!compute_dtype_ || !t.defined() || !is_floating(t.dtype()) || t.dtype() == dtype) return t;
+  return kiln::to(t, dtype);
+}
+
 Module& Module::zero_grad() {
   for (const auto& [n, p] : named_parameters()) p.value().set_grad(Tensor());
   return *this;

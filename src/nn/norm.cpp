@@ -34,6 +34,13 @@ void check_trailing(const char* layer, const Tensor& x, const Shape& shape) {
   KILN_CHECK(ok, layer, "input {} does not end in normalized_shape {}", to_string(x.shape()), to_string(shape));
 }
 
+// Mixed precision: the dtype a norm computes in, its parameters' (or buffers')
+// when it has them; without them f32 at least (bf16 statistics would lose
+// precision; an f64 input stays f64).
+DType norm_dtype(const Tensor& param, const Tensor& x) {
+  return param.defined() ? param.dtype() : promote_types(x.dtype(), kF32);
+}
+
 }  // namespace
 
 // ---- BatchNorm ----
@@ -55,8 +62,10 @@ BatchNormBase::BatchNormBase(const char* layer, int64_t c, BatchNormOptions o)
   }
 }
 
-Tensor BatchNormBase::forward(const Tensor& x) {
-  check_input(x);
+Tensor BatchNormBase::forward(const Tensor& x_in) {
+  check_input(x_in);
+  // Mixed precision: statistics in f32, output in the compute dtype (docs/mixed_precision.md).
+  const Tensor x = to_precise(x_in, norm_dtype(weight.defined() ? weight : running_mean, x_in));
   KILN_CHECK(is_floating(x.dtype()), layer_, "input {} has dtype {}, expected a floating dtype", to_string(x.shape()),
              name(x.dtype()));
   const bool use_batch_stats = is_training() || !options.track_running_stats;
@@ -73,11 +82,11 @@ Tensor BatchNormBase::forward(const Tensor& x) {
   }
   ::kiln::BatchNormOptions op{.momentum = momentum, .eps = options.eps,
                               .unbiased_running_var = options.unbiased_running_var};
-  return in_layer(layer_, [&] {
+  return to_compute(in_layer(layer_, [&] {
     if (use_batch_stats)
       return batch_norm(x, update ? running_mean : Tensor(), update ? running_var : Tensor(), weight, bias, true, op);
     return batch_norm(x, running_mean, running_var, weight, bias, false, op);
-  });
+  }));
 }
 
 std::string BatchNormBase::extra_repr() const {
@@ -120,7 +129,9 @@ LayerNorm::LayerNorm(Shape shape, double e, bool affine)
 
 Tensor LayerNorm::forward(const Tensor& x) const {
   check_trailing("LayerNorm", x, normalized_shape);
-  return in_layer("LayerNorm", [&] { return layer_norm(x, normalized_shape, weight, bias, eps); });
+  // Mixed precision: statistics and affine in f32, output in the compute dtype.
+  return to_compute(in_layer(
+      "LayerNorm", [&] { return layer_norm(to_precise(x, norm_dtype(weight, x)), normalized_shape, weight, bias, eps); }));
 }
 
 std::string LayerNorm::extra_repr() const {
@@ -136,7 +147,8 @@ RMSNorm::RMSNorm(Shape shape, double e, bool affine) : normalized_shape(std::mov
 
 Tensor RMSNorm::forward(const Tensor& x) const {
   check_trailing("RMSNorm", x, normalized_shape);
-  return in_layer("RMSNorm", [&] { return rms_norm(x, normalized_shape, weight, eps); });
+  return to_compute(
+      in_layer("RMSNorm", [&] { return rms_norm(to_precise(x, norm_dtype(weight, x)), normalized_shape, weight, eps); }));
 }
 
 std::string RMSNorm::extra_repr() const {

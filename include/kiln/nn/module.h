@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <typeinfo>
@@ -208,6 +209,29 @@ class Module {
   Module& zero_grad();      // clears every parameter's grad
   Module& requires_grad_(bool on = true);  // false freezes every parameter
 
+  // ---- mixed precision (M12; spec 001 ACT_DT) ----
+  // The dtype this module and every descendant compute in: their activation-flow
+  // dtype. On an f32 model, set_compute_dtype(kBF16) gives bf16 activations with
+  // f32 master weights: matmul/conv layers (Linear, Conv*, MultiheadAttention,
+  // TransformerBlock) cast their input and parameters with to() at the top of
+  // forward and return bf16; Embedding returns its gathered rows in bf16; norms
+  // compute in their parameters' dtype (f32) and return the compute dtype.
+  // to() is differentiable, so f32 gradients reach the f32 parameters: the
+  // optimizer, its state and the state dict do not change. Not a structural
+  // edit. Returns *this. See docs/mixed_precision.md.
+  Module& set_compute_dtype(DType dtype);
+  // The dtype set by set_compute_dtype (on this module or an ancestor, at the
+  // time of the call), or nullopt: the layer computes in its parameters' dtype
+  // and casts nothing (the default).
+  std::optional<DType> compute_dtype() const { return compute_dtype_; }
+  // t cast to the compute dtype (differentiably); t itself when none is set,
+  // when t is undefined or not floating, or when it has that dtype already. The
+  // one place a layer casts its input and parameters.
+  Tensor to_compute(const Tensor& t) const;
+  // For a layer that computes in its parameters' dtype `dtype` (a norm): t cast
+  // to `dtype` when a compute dtype is set (a bf16 activation is upcast), else t.
+  Tensor to_precise(const Tensor& t, DType dtype) const;
+
   // "Linear", "Mlp": for printing and messages.
   virtual std::string type_name() const;
   // Constructor arguments, for printing: "in_features=784, out_features=256, bias=true".
@@ -252,6 +276,7 @@ class Module {
   std::vector<BufferEntry> buffers_;
   std::vector<ChildEntry> children_;
   bool training_ = true;
+  std::optional<DType> compute_dtype_;  // set_compute_dtype; nullopt: the parameters' dtype
   std::shared_ptr<std::atomic<uint64_t>> version_;
 };
 
