@@ -110,6 +110,7 @@ std::vector<Bench> all_benches() {
   io_benches(out);
   train_mlp_benches(out);
   train_cnn_benches(out);
+  train_gpt_benches(out);
   return out;
 }
 
