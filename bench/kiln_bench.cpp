@@ -109,6 +109,8 @@ std::vector<Bench> all_benches() {
   optim_benches(out);
   io_benches(out);
   train_mlp_benches(out);
+  train_cnn_benches(out);
+  train_gpt_benches(out);
   return out;
 }
 

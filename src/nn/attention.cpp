@@ -245,8 +245,9 @@ TransformerBlock::TransformerBlock(int64_t D, int64_t H, const Init& init, const
                               MultiheadAttention(D, H, init, {.bias = o.bias, .dropout = o.dropout, .policy = o.policy}));
   linear1 = register_module("linear1", Linear(D, dim_feedforward, init, o.bias));
   linear2 = register_module("linear2", Linear(dim_feedforward, D, init, o.bias));
-  norm1 = register_module("norm1", LayerNorm({D}, init, o.norm_eps, /*elementwise_affine=*/!o.adaln_zero));
-  norm2 = register_module("norm2", LayerNorm({D}, init, o.norm_eps, /*elementwise_affine=*/!o.adaln_zero));
+  const LayerNormOptions no{.eps = o.norm_eps, .elementwise_affine = !o.adaln_zero, .bias = o.norm_bias};
+  norm1 = register_module("norm1", LayerNorm({D}, init, no));
+  norm2 = register_module("norm2", LayerNorm({D}, init, no));
   if (o.adaln_zero) {
     Init zero = init;  // AdaLN-Zero: the modulation starts at zero, so the block starts as the identity
     zero.weight = init::zeros();

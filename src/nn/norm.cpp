@@ -119,11 +119,14 @@ void BatchNorm2d::check_input(const Tensor& x) const {
 // ---- LayerNorm ----
 
 LayerNorm::LayerNorm(Shape shape, double e, bool affine)
-    : normalized_shape(std::move(shape)), eps(e), elementwise_affine(affine) {
+    : LayerNorm(std::move(shape), LayerNormOptions{.eps = e, .elementwise_affine = affine}) {}
+
+LayerNorm::LayerNorm(Shape shape, const LayerNormOptions& o)
+    : normalized_shape(std::move(shape)), eps(o.eps), elementwise_affine(o.elementwise_affine) {
   check_normalized_shape("LayerNorm", normalized_shape, eps);
-  if (affine) {
+  if (elementwise_affine) {
     weight = register_parameter("weight", ones(normalized_shape), /*decay=*/false);
-    bias = register_parameter("bias", zeros(normalized_shape), /*decay=*/false);
+    if (o.bias) bias = register_parameter("bias", zeros(normalized_shape), /*decay=*/false);
   }
 }
 
@@ -135,7 +138,9 @@ Tensor LayerNorm::forward(const Tensor& x) const {
 }
 
 std::string LayerNorm::extra_repr() const {
-  return fmt::format("{}, eps={}, elementwise_affine={}", shape_tuple(normalized_shape), eps, elementwise_affine);
+  std::string s = fmt::format("{}, eps={}, elementwise_affine={}", shape_tuple(normalized_shape), eps, elementwise_affine);
+  if (elementwise_affine && !bias.defined()) s += ", bias=false";
+  return s;
 }
 
 // ---- RMSNorm ----
@@ -160,6 +165,9 @@ std::string RMSNorm::extra_repr() const {
 BatchNorm1d::BatchNorm1d(int64_t c, const Init& init, BatchNormOptions o) : BatchNorm1d(c, o) { to(init.dtype); }
 BatchNorm2d::BatchNorm2d(int64_t c, const Init& init, BatchNormOptions o) : BatchNorm2d(c, o) { to(init.dtype); }
 LayerNorm::LayerNorm(Shape shape, const Init& init, double e, bool affine) : LayerNorm(std::move(shape), e, affine) {
+  to(init.dtype);
+}
+LayerNorm::LayerNorm(Shape shape, const Init& init, const LayerNormOptions& o) : LayerNorm(std::move(shape), o) {
   to(init.dtype);
 }
 RMSNorm::RMSNorm(Shape shape, const Init& init, double e, bool affine) : RMSNorm(std::move(shape), e, affine) {

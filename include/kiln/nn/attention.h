@@ -115,6 +115,7 @@ struct TransformerBlockOptions {
   bool adaln_zero = false;
   int64_t cond_dim = 0;  // C, required with adaln_zero
   bool bias = true;      // every Linear's bias
+  bool norm_bias = true;  // norm1/norm2's bias (false with bias = false: nanoGPT's bias=False)
   AttentionBackend policy = AttentionBackend::Auto;
 };
 

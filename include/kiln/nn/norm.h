@@ -76,20 +76,30 @@ class BatchNorm2d : public BatchNormBase {
   void check_input(const Tensor& x) const override;
 };
 
+struct LayerNormOptions {
+  double eps = 1e-5;
+  bool elementwise_affine = true;  // weight (ones) and, with bias, bias (zeros)
+  // false: weight only, no bias parameter and no "bias" state-dict key
+  // (PyTorch >= 2.1's LayerNorm(bias=False); nanoGPT's bias=False).
+  bool bias = true;
+};
+
 // [..., *normalized_shape] normalised over the trailing dims (biased variance):
 // (x - mean) / sqrt(var + eps) * weight + bias; weight/bias of shape
-// normalized_shape when elementwise_affine.
+// normalized_shape when elementwise_affine (bias only with options.bias).
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
   LayerNorm(Shape normalized_shape, const Init& init, double eps = 1e-5, bool elementwise_affine = true);
+  LayerNorm(Shape normalized_shape, const LayerNormOptions& options);
+  LayerNorm(Shape normalized_shape, const Init& init, const LayerNormOptions& options);
   Tensor forward(const Tensor& x) const;
   std::string extra_repr() const override;
 
   Shape normalized_shape;
   double eps;
   bool elementwise_affine;
-  Parameter weight, bias;
+  Parameter weight, bias;  // bias undefined without options.bias
 };
 
 // x / sqrt(mean(x^2 over the trailing dims) + eps) * weight. eps 1e-6 (the
