@@ -46,4 +46,6 @@ def _cnn(batch):
 
 
 def benches():
-    return [("cnn_b64", _cnn(64))]
+    return [("cnn_b64", _cnn(64)),
+            # cnn_b64_bf16 is compared with PyTorch's f32 figure (issue 8): the same f32 workload.
+            ("cnn_b64_bf16", _cnn(64))]

@@ -125,4 +125,6 @@ def _gpt(batch, context):
 
 
 def benches():
-    return [("gpt_char", _gpt(12, 64))]
+    return [("gpt_char", _gpt(12, 64)),
+            # gpt_char_bf16 is compared with PyTorch's f32 figure (issue 8): the same f32 workload.
+            ("gpt_char_bf16", _gpt(12, 64))]

@@ -5,6 +5,7 @@
 // 0.1 on the matrices and embeddings only (nanoGPT's configure_optimizers: kiln
 // decays exactly the parameters with decay(), which are those). One full step
 // per call.
+#include <cmath>
 #include <functional>
 
 #include "bench/bench.h"
@@ -57,10 +58,45 @@ void gpt_step_bench(const std::string& name, const GptBench& b) {
   });
 }
 
+// ---- gpt_char_bf16: the same model, data and optimizer with bf16 compute (docs/mixed_precision.md) ----
+
+const GptBench kGptBf16{.prepare = [](kiln::models::GPT& g) { g.set_compute_dtype(kiln::kBF16); }};
+
+// The accuracy check: |loss_bf16 - loss_f32| / loss_f32 after 50 steps
+// from the same init on the workload's batch (GPT::loss takes f32 logits).
+void gpt_loss_rel_diff(const std::string& name) {
+  using namespace kiln;
+  double loss[2] = {0, 0};
+  for (int bf16 = 0; bf16 < 2; ++bf16) {
+    Rngs rngs(0);
+    models::GPTConfig cfg{};
+    models::GPT gpt(cfg, rngs);
+    if (bf16) kGptBf16.prepare(gpt);
+    optim::AdamW opt(gpt.parameters(), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1});
+    Generator gen(1);
+    Tensor idx = randint(0, cfg.vocab_size, {kGptBf16.batch, kGptBf16.context}, gen);
+    Tensor targets = randint(0, cfg.vocab_size, {kGptBf16.batch, kGptBf16.context}, gen);
+    for (int s = 0; s < 50; ++s) {
+      Tensor l = gpt.loss(idx, targets);
+      l.backward();
+      opt.step();
+      opt.zero_grad();
+      loss[bf16] = l.item<float>();
+    }
+  }
+  emit(name, "loss50_f32", "loss", loss[0]);
+  emit(name, "loss50_bf16", "loss", loss[1]);
+  emit(name, "loss_rel_diff", "fraction", std::abs(loss[1] - loss[0]) / loss[0]);
+}
+
 }  // namespace
 
 void train_gpt_benches(std::vector<Bench>& out) {
   out.push_back({"gpt_char", [](const std::string& n) { gpt_step_bench(n, {}); }});
+  out.push_back({"gpt_char_bf16", [](const std::string& n) {
+                   gpt_step_bench(n, kGptBf16);
+                   gpt_loss_rel_diff(n);
+                 }});
 }
 
 }  // namespace bench

@@ -28,7 +28,10 @@ TiedLinear::TiedLinear(const nn::Parameter& w) {
   weight = register_parameter("weight", w);
 }
 
-Tensor TiedLinear::forward(const Tensor& x) const { return linear(x, weight, Tensor()); }
+Tensor TiedLinear::forward(const Tensor& x) const {
+  // Mixed precision (docs/mixed_precision.md): input and the tied table in the compute dtype.
+  return linear(to_compute(x), to_compute(weight), Tensor());
+}
 
 std::string TiedLinear::extra_repr() const {
   return fmt::format("in_features={}, out_features={}, bias=false, tied", weight.value().size(1),
@@ -97,7 +100,9 @@ Tensor GPT::loss_of(const Tensor& logits, const Tensor& targets) const {
              kGpt, "targets {} must be [B, T] = [{}, {}]", targets.defined() ? to_string(targets.shape()) : "undefined",
              logits.size(0), logits.size(1));
   const int64_t BT = logits.size(0) * logits.size(1);
-  return cross_entropy(reshape(logits, {BT, config.vocab_size}), reshape(targets, {BT}));
+  // Mixed precision: the loss on f32 logits (a bf16 loss would round it to 8 bits).
+  const Tensor l = to_precise(logits, wte->weight.dtype());
+  return cross_entropy(reshape(l, {BT, config.vocab_size}), reshape(targets, {BT}));
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets) const { return loss_of(run(idx, nullptr), targets); }
