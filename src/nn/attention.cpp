@@ -144,7 +144,8 @@ AttentionOutput MultiheadAttention::run(const Tensor& query_in, const Tensor& ke
                to_string(call.mask.shape()), to_string(full));
   }
   if (call.additive_mask.defined()) {
-    KILN_CHECK(call.additive_mask.dtype() == dt, kMha, "additive_mask {} {} must have the layer's dtype {}",
+    // With a compute dtype any floating mask is cast to it (below).
+    KILN_CHECK(call.additive_mask.dtype() == dt || (compute_dtype() && is_floating(call.additive_mask.dtype())), kMha, "additive_mask {} {} must have the layer's dtype {}",
                to_string(call.additive_mask.shape()), name(call.additive_mask.dtype()), name(dt));
     KILN_CHECK(broadcasts_to(call.additive_mask, full), kMha,
                "additive_mask {} does not broadcast to [B, num_heads, Tq, Tk] = {}",
@@ -186,7 +187,7 @@ AttentionOutput MultiheadAttention::run(const Tensor& query_in, const Tensor& ke
   // ---- attention per head: [B, H, Tq, Dh] ----
   Tensor qh = split_heads(q, H), kh = split_heads(k, H), vh = split_heads(v, H);
   AttentionOptions ao{.mask = call.mask,
-                      .additive_mask = call.additive_mask,
+                      .additive_mask = to_compute(call.additive_mask),
                       .causal = call.causal,
                       .need_weights = call.need_weights || drop,
                       .policy = policy};
@@ -273,7 +274,10 @@ Tensor TransformerBlock::run(const Tensor& x_in, Rngs* rngs, const BlockCall& ca
   if (options.adaln_zero) {
     const Tensor& c = call.cond;
     KILN_CHECK(c.defined(), kBlock, "adaln_zero needs cond [B, cond_dim] = [{}, {}]", B, options.cond_dim);
-    KILN_CHECK(c.dim() == 2 && c.size(0) == B && c.size(1) == options.cond_dim && c.dtype() == dt, kBlock,
+    // With a compute dtype any floating cond is fine: adaLN_modulation casts it.
+    KILN_CHECK(c.dim() == 2 && c.size(0) == B && c.size(1) == options.cond_dim &&
+                   (c.dtype() == dt || (compute_dtype() && is_floating(c.dtype()))),
+               kBlock,
                "cond {} {} must be [B, cond_dim] = [{}, {}] {} for x {}", to_string(c.shape()), name(c.dtype()), B,
                options.cond_dim, name(dt), to_string(x.shape()));
   } else {

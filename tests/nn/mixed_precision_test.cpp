@@ -138,6 +138,24 @@ TEST(MixedPrecision, TransformerBlockMatchesF32WithinBf16Tolerance) {
   expect_close_to_f32(block, [&](const Tensor& x) { return block.forward(x); }, input({2, 8, 32}, 6), 3e-2);
 }
 
+TEST(MixedPrecision, AttentionTakesF32MasksAndConditions) {
+  // An f32 additive mask and an f32 AdaLN condition are cast to the compute dtype.
+  Rngs rngs(0);
+  MultiheadAttention mha(16, 2, rngs);
+  mha.set_compute_dtype(kBF16);
+  Tensor x = input({2, 5, 16}, 8);
+  Tensor mask = to(leaf({5, 5}, 9), kF32);
+  AttentionOutput a = mha.forward(x, x, x, {.additive_mask = mask});
+  EXPECT_EQ(a.output.dtype(), kBF16);
+  MultiheadAttention ref(16, 2, rngs);
+  ref.load_state_dict(mha.state_dict());
+  EXPECT_LT(rel_err(a.output, ref.forward(x, x, x, {.additive_mask = mask}).output), 3e-2);
+  TransformerBlock dit(16, 2, rngs, {.adaln_zero = true, .cond_dim = 4});
+  dit.set_compute_dtype(kBF16);
+  EXPECT_EQ(dit.forward(x, {.cond = input({2, 4}, 10)}).dtype(), kBF16);
+  EXPECT_THROW(dit.forward(x, {.cond = tensor<int64_t>({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4})}), Error);
+}
+
 TEST(MixedPrecision, NormsComputeInF32AndReturnTheComputeDtype) {
   LayerNorm ln({16});
   ln.set_compute_dtype(kBF16);
