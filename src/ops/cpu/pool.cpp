@@ -140,6 +140,159 @@ void max_pool2d_backward(const MaxPoolGeom& g, const Tensor& grad_out, const Ten
   });
 }
 
+bool is_max_pool_2x2(const MaxPoolGeom& g) {
+  return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 && g.dh == 1 && g.dw == 1 &&
+         2 * g.OH <= g.H && 2 * g.OW <= g.W;
+}
+
+// NOTE [2x2 max pooling] in pool.h. Work is split over row pairs (n, oh):
+// N * OH of them, each reading 2 * W inputs. CNN rows are short (OW 14 or 7
+// at 28x28 and 14x14), too short for a vectorized loop over a row with a
+// scalar tail: the kernels run fixed blocks of kBlock outputs instead, the
+// last block of a row shifted back to end on the row's last output (it
+// recomputes a few outputs, with the same values), and rows shorter than a
+// block through a full block into a local buffer when the input past the row
+// is still inside the tensor (its lanes are discarded), else one tap at a time.
+namespace {
+
+constexpr int64_t kBlock = 8;
+
+int64_t row_pair_grain(int64_t W) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(2 * W, 1)); }
+
+// n outputs (n == kBlock: a fixed trip count the compiler vectorizes) of a
+// row pair: o[j], t[j] from top[2j], top[2j + 1], bot[2j], bot[2j + 1] in
+// max_pool2d's raster order: a later tap takes over when strictly larger or
+// NaN (ties keep the first; the last NaN wins). __restrict: t is a byte
+// pointer, which may alias anything, and would block vectorization.
+template <class T, int64_t n>
+[[gnu::noinline]] void max4(const T* __restrict top, const T* __restrict bot, T* __restrict o, uint8_t* __restrict t) {
+  using A = acc_t<T>;
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    const A a = A(top[2 * j]), b = A(top[2 * j + 1]), c = A(bot[2 * j]), d = A(bot[2 * j + 1]);
+    A m = a;
+    int32_t k = 0;
+    bool take = (b > m) | (b != b);
+    m = take ? b : m, k = take ? 1 : k;
+    take = (c > m) | (c != c);
+    m = take ? c : m, k = take ? 2 : k;
+    take = (d > m) | (d != d);
+    m = take ? d : m, k = take ? 3 : k;
+    o[j] = T(m);
+    t[j] = uint8_t(k);
+  }
+}
+
+// The backward of max4: every one of the 4 * kBlock inputs written once,
+// either the gradient or +0. Selected on the bits (v & mask): with ?: GCC
+// keeps branches here and does not vectorize.
+template <class T>
+[[gnu::noinline]] void scatter4(const T* __restrict gy, const uint8_t* __restrict t, T* __restrict top,
+                                T* __restrict bot) {
+  using U = std::conditional_t<sizeof(T) == 8, uint64_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>>;
+#pragma omp simd
+  for (int64_t j = 0; j < kBlock; ++j) {
+    const U v = std::bit_cast<U>(gy[j]), k = t[j];
+    top[2 * j] = std::bit_cast<T>(U(v & (U(0) - U(k == 0))));
+    top[2 * j + 1] = std::bit_cast<T>(U(v & (U(0) - U(k == 1))));
+    bot[2 * j] = std::bit_cast<T>(U(v & (U(0) - U(k == 2))));
+    bot[2 * j + 1] = std::bit_cast<T>(U(v & (U(0) - U(k == 3))));
+  }
+}
+
+}  // namespace
+
+void max_pool2d_2x2(const MaxPoolGeom& g, const Tensor& x_in, const Tensor& out, const Tensor& taps) {
+  if (out.numel() == 0) return;
+  Tensor x = x_in.contiguous();
+  dispatch_floating(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    const T* x_end = xp + g.N * g.H * g.W;
+    T* op = static_cast<T*>(out.data_ptr());
+    uint8_t* tp = static_cast<uint8_t*>(taps.data_ptr());
+    const int64_t W = g.W, OW = g.OW;
+    parallel_for(0, g.N * g.OH, row_pair_grain(W), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const int64_t n = r / g.OH, oh = r % g.OH;
+        const T* top = xp + (n * g.H + 2 * oh) * W;
+        const T* bot = top + W;
+        T* o = op + r * OW;
+        uint8_t* t = tp + r * OW;
+        if (OW >= kBlock) {
+          for (int64_t j = 0; j < OW; j += kBlock) {
+            const int64_t j0 = std::min(j, OW - kBlock);
+            max4<T, kBlock>(top + 2 * j0, bot + 2 * j0, o + j0, t + j0);
+          }
+        } else if (bot + 2 * kBlock <= x_end) {
+          T ob[kBlock];
+          uint8_t tb[kBlock];
+          max4<T, kBlock>(top, bot, ob, tb);
+          std::copy(ob, ob + OW, o), std::copy(tb, tb + OW, t);
+        } else {
+          for (int64_t j = 0; j < OW; ++j) max4<T, 1>(top + 2 * j, bot + 2 * j, o + j, t + j);
+        }
+      }
+    });
+  });
+}
+
+void max_pool2d_2x2_backward(const MaxPoolGeom& g, const Tensor& grad_out, const Tensor& taps_in,
+                             const Tensor& grad_in) {
+  if (grad_in.numel() == 0) return;
+  Tensor go = grad_out.contiguous(), taps = taps_in.contiguous();
+  dispatch_floating(grad_in.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* gp = static_cast<const T*>(go.data_ptr());
+    const uint8_t* tp = static_cast<const uint8_t*>(taps.data_ptr());
+    T* xp = static_cast<T*>(grad_in.data_ptr());
+    const int64_t H = g.H, W = g.W, OH = g.OH, OW = g.OW;
+    // Row pairs, then per plane the rows below the last pair (odd H).
+    parallel_for(0, g.N * OH, row_pair_grain(W), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const int64_t n = r / OH, oh = r % OH;
+        T* top = xp + (n * H + 2 * oh) * W;
+        T* bot = top + W;
+        const T* gy = gp + r * OW;
+        const uint8_t* t = tp + r * OW;
+        if (OW >= kBlock) {
+          for (int64_t j = 0; j < OW; j += kBlock) {
+            const int64_t j0 = std::min(j, OW - kBlock);
+            scatter4<T>(gy + j0, t + j0, top + 2 * j0, bot + 2 * j0);
+          }
+        } else {
+          // A short row: a full block into local rows (lanes past OW
+          // read zeros), of which the row's 2 * OW columns are kept.
+          T gb[kBlock] = {}, tb[2 * kBlock], bb[2 * kBlock];
+          uint8_t kb[kBlock] = {};
+          std::copy(gy, gy + OW, gb), std::copy(t, t + OW, kb);
+          scatter4<T>(gb, kb, tb, bb);
+          std::copy(tb, tb + 2 * OW, top), std::copy(bb, bb + 2 * OW, bot);
+        }
+        for (int64_t w = 2 * OW; w < W; ++w) top[w] = bot[w] = T(0);  // odd W: the last column
+      }
+    });
+    if (2 * OH < H)
+      for (int64_t n = 0; n < g.N; ++n) std::fill(xp + (n * H + 2 * OH) * W, xp + (n + 1) * H * W, T(0));
+  });
+}
+
+void max_pool2d_2x2_indices(const MaxPoolGeom& g, const Tensor& taps_in, const Tensor& indices) {
+  Tensor taps = taps_in.contiguous();
+  const uint8_t* tp = static_cast<const uint8_t*>(taps.data_ptr());
+  int64_t* ip = static_cast<int64_t*>(indices.data_ptr());
+  const int64_t W = g.W, OW = g.OW;
+  parallel_for(0, g.N * g.OH, row_pair_grain(W), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t oh = r % g.OH;
+      for (int64_t j = 0; j < OW; ++j) {
+        const int64_t k = tp[r * OW + j];
+        ip[r * OW + j] = (2 * oh + k / 2) * W + 2 * j + k % 2;
+      }
+    }
+  });
+}
+
 void avg_pool2d(const AvgWindows& w, const Tensor& x_in, const Tensor& out) {
   if (out.numel() == 0) return;
   Tensor x = x_in.contiguous();
