@@ -148,22 +148,23 @@ bool is_max_pool_2x2(const MaxPoolGeom& g) {
 // NOTE [2x2 max pooling] in pool.h. Work is split over row pairs (n, oh):
 // N * OH of them, each reading 2 * W inputs. CNN rows are short (OW 14 or 7
 // at 28x28 and 14x14), too short for a vectorized loop over a row with a
-// scalar tail: the kernels run fixed blocks of kBlock outputs instead, the
-// last block of a row shifted back to end on the row's last output (it
-// recomputes a few outputs, with the same values), and rows shorter than a
-// block through a full block into a local buffer when the input past the row
-// is still inside the tensor (its lanes are discarded), else one tap at a time.
+// scalar tail: the kernels run blocks of kBlock outputs instead, the last
+// block of a row shifted back to end on the row's last output (it recomputes
+// a few outputs, with the same values). A row shorter than a block runs a
+// whole block through local buffers: the forward reads past the row while
+// that stays inside the tensor (the extra lanes are dropped); only the last
+// rows of a tensor go one output at a time.
 namespace {
 
 constexpr int64_t kBlock = 8;
 
 int64_t row_pair_grain(int64_t W) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(2 * W, 1)); }
 
-// n outputs (n == kBlock: a fixed trip count the compiler vectorizes) of a
-// row pair: o[j], t[j] from top[2j], top[2j + 1], bot[2j], bot[2j + 1] in
-// max_pool2d's raster order: a later tap takes over when strictly larger or
-// NaN (ties keep the first; the last NaN wins). __restrict: t is a byte
-// pointer, which may alias anything, and would block vectorization.
+// n outputs (a fixed trip count the compiler vectorizes) of a row pair: o[j],
+// t[j] from top[2j], top[2j + 1], bot[2j], bot[2j + 1] in max_pool2d's raster
+// order: a later tap takes over when strictly larger or NaN (ties keep the
+// first; the last NaN wins). __restrict (t is a byte pointer, which may alias
+// anything) and noinline (inlined, the restrict is lost) let it vectorize.
 template <class T, int64_t n>
 [[gnu::noinline]] void max4(const T* __restrict top, const T* __restrict bot, T* __restrict o, uint8_t* __restrict t) {
   using A = acc_t<T>;
@@ -183,21 +184,29 @@ template <class T, int64_t n>
   }
 }
 
-// The backward of max4: every one of the 4 * kBlock inputs written once,
-// either the gradient or +0. Selected on the bits (v & mask): with ?: GCC
-// keeps branches here and does not vectorize.
-template <class T>
+// The backward of max4: each of the 4n inputs written once, the gradient or
+// +0. Selected on the bits (v & mask): with ?: GCC keeps branches here and
+// does not vectorize.
+template <class T, int64_t n>
 [[gnu::noinline]] void scatter4(const T* __restrict gy, const uint8_t* __restrict t, T* __restrict top,
                                 T* __restrict bot) {
   using U = std::conditional_t<sizeof(T) == 8, uint64_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>>;
 #pragma omp simd
-  for (int64_t j = 0; j < kBlock; ++j) {
+  for (int64_t j = 0; j < n; ++j) {
     const U v = std::bit_cast<U>(gy[j]), k = t[j];
     top[2 * j] = std::bit_cast<T>(U(v & (U(0) - U(k == 0))));
     top[2 * j + 1] = std::bit_cast<T>(U(v & (U(0) - U(k == 1))));
     bot[2 * j] = std::bit_cast<T>(U(v & (U(0) - U(k == 2))));
     bot[2 * j + 1] = std::bit_cast<T>(U(v & (U(0) - U(k == 3))));
   }
+}
+
+// Copies the first n of kBlock elements; a fixed trip count so GCC emits
+// no memmove call (which costs more than the copy for 7 elements).
+template <int64_t kLen, class T>
+inline void copy_first(const T* from, T* to, int64_t n) {
+  for (int64_t j = 0; j < kLen; ++j)
+    if (j < n) to[j] = from[j];
 }
 
 }  // namespace
@@ -228,7 +237,7 @@ void max_pool2d_2x2(const MaxPoolGeom& g, const Tensor& x_in, const Tensor& out,
           T ob[kBlock];
           uint8_t tb[kBlock];
           max4<T, kBlock>(top, bot, ob, tb);
-          std::copy(ob, ob + OW, o), std::copy(tb, tb + OW, t);
+          copy_first<kBlock>(ob, o, OW), copy_first<kBlock>(tb, t, OW);
         } else {
           for (int64_t j = 0; j < OW; ++j) max4<T, 1>(top + 2 * j, bot + 2 * j, o + j, t + j);
         }
@@ -258,16 +267,14 @@ void max_pool2d_2x2_backward(const MaxPoolGeom& g, const Tensor& grad_out, const
         if (OW >= kBlock) {
           for (int64_t j = 0; j < OW; j += kBlock) {
             const int64_t j0 = std::min(j, OW - kBlock);
-            scatter4<T>(gy + j0, t + j0, top + 2 * j0, bot + 2 * j0);
+            scatter4<T, kBlock>(gy + j0, t + j0, top + 2 * j0, bot + 2 * j0);
           }
         } else {
-          // A short row: a full block into local rows (lanes past OW
-          // read zeros), of which the row's 2 * OW columns are kept.
           T gb[kBlock] = {}, tb[2 * kBlock], bb[2 * kBlock];
           uint8_t kb[kBlock] = {};
-          std::copy(gy, gy + OW, gb), std::copy(t, t + OW, kb);
-          scatter4<T>(gb, kb, tb, bb);
-          std::copy(tb, tb + 2 * OW, top), std::copy(bb, bb + 2 * OW, bot);
+          copy_first<kBlock>(gy, gb, OW), copy_first<kBlock>(t, kb, OW);
+          scatter4<T, kBlock>(gb, kb, tb, bb);
+          copy_first<2 * kBlock>(tb, top, 2 * OW), copy_first<2 * kBlock>(bb, bot, 2 * OW);
         }
         for (int64_t w = 2 * OW; w < W; ++w) top[w] = bot[w] = T(0);  // odd W: the last column
       }
