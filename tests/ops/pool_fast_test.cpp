@@ -27,7 +27,8 @@ TEST(PoolFast, TwoByTwoMatchesRef) {
     for (DType t : {kF32, kF64, kBF16}) {
       // Widths cover OW < 8 (a short row), 8..15 (two overlapping blocks)
       // and long rows; odd H and W leave a row / column no window reads.
-      const int64_t N = pick(1, 4), H = pick(2, 11), W = i % 3 == 0 ? pick(2, 15) : i % 3 == 1 ? pick(16, 31) : pick(2, 70);
+      const int64_t N = pick(1, 4), H = pick(2, 11);
+      const int64_t W = i % 3 == 0 ? pick(2, 15) : i % 3 == 1 ? pick(16, 31) : pick(2, 70);
       Tensor x = to(randn({N, H, W}, gen), t);
       if (i % 3 == 0) x = to(randint(0, 3, {N, H, W}, gen), t);                  // ties: the first tap
       if (i % 4 == 0) x = masked_fill(x, lt(rand({N, H, W}, gen), 0.15), NAN);  // NaNs: the last one
@@ -73,9 +74,12 @@ TEST(PoolFast, OnlyNonOverlappingInteriorWindowsTakeTheFastPath) {
   EXPECT_FALSE(cpu::is_max_pool_2x2(k));
 }
 
-// The op, fast path and fallbacks, against cpu::ref and the general scatter.
+// The op, fast path and fallbacks, against cpu::ref and the general scatter;
+// on 1 to 3 threads, so that row pairs split into tasks whose boundaries the
+// short-row blocks must not write across.
 TEST(PoolFast, OpMatchesRefOnCnnShapesAndFallbacks) {
   Generator gen(12);
+  const int threads_before = get_num_threads();
   struct Case {
     Shape shape;
     Size2 k, s, p;
@@ -88,26 +92,34 @@ TEST(PoolFast, OpMatchesRefOnCnnShapesAndFallbacks) {
       {{3, 5, 9, 7}, 2, 0, 0, true},      // ceil_mode: falls back
       {{2, 3, 8, 8}, 2, 1, 0, false},     // stride 1: falls back
       {{2, 3, 8, 8}, 2, 2, 1, false},     // padding: falls back
+      {{4, 64, 15, 13}, 2, 0, 0, false},  // odd H and W, many tasks
+      {{2, 256, 6, 6}, 2, 0, 0, false},   // OW 3: single outputs
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(fmt::format("{} k {} s {} p {} ceil {}", to_string(c.shape), c.k.h, c.s.h, c.p.h, c.ceil));
-    Tensor x = randn(c.shape, gen).requires_grad_();
-    auto [y, idx] = max_pool2d_with_indices(x, c.k, c.s, c.p, 1, c.ceil);
-    const int64_t B = c.shape[0], C = c.shape[1], H = c.shape[2], W = c.shape[3];
-    cpu::MaxPoolGeom g;
-    g.N = B * C, g.H = H, g.W = W, g.OH = y.shape()[2], g.OW = y.shape()[3];
-    g.kh = c.k.h, g.kw = c.k.w, g.sh = c.s.h ? c.s.h : c.k.h, g.sw = c.s.w ? c.s.w : c.k.w, g.ph = c.p.h, g.pw = c.p.w;
-    Tensor rv = empty(y.shape()), ridx = empty(y.shape(), {.dtype = kI64});
-    cpu::ref::max_pool2d(g, x.detach(), rv, ridx);
-    EXPECT_TRUE(equal(y.detach(), rv)) << "values";
-    EXPECT_TRUE(equal(idx, ridx)) << "indices";
-    EXPECT_TRUE(equal(max_pool2d(x, c.k, c.s, c.p, 1, c.ceil).detach(), rv)) << "values without indices";
-    Tensor gy = randn(y.shape(), gen);
-    y.backward(gy);
-    Tensor rgx = empty(c.shape);
-    cpu::max_pool2d_backward(g, gy, ridx, rgx);
-    EXPECT_TRUE(equal(x.grad(), rgx)) << "grad";
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(fmt::format("{} threads, {} k {} s {} p {} ceil {}", threads, to_string(c.shape), c.k.h, c.s.h,
+                               c.p.h, c.ceil));
+      Tensor x = randn(c.shape, gen).requires_grad_();
+      auto [y, idx] = max_pool2d_with_indices(x, c.k, c.s, c.p, 1, c.ceil);
+      const int64_t B = c.shape[0], C = c.shape[1], H = c.shape[2], W = c.shape[3];
+      cpu::MaxPoolGeom g;
+      g.N = B * C, g.H = H, g.W = W, g.OH = y.shape()[2], g.OW = y.shape()[3];
+      g.kh = c.k.h, g.kw = c.k.w, g.ph = c.p.h, g.pw = c.p.w;
+      g.sh = c.s.h ? c.s.h : c.k.h, g.sw = c.s.w ? c.s.w : c.k.w;
+      Tensor rv = empty(y.shape()), ridx = empty(y.shape(), {.dtype = kI64});
+      cpu::ref::max_pool2d(g, x.detach(), rv, ridx);
+      EXPECT_TRUE(equal(y.detach(), rv)) << "values";
+      EXPECT_TRUE(equal(idx, ridx)) << "indices";
+      EXPECT_TRUE(equal(max_pool2d(x, c.k, c.s, c.p, 1, c.ceil).detach(), rv)) << "values without indices";
+      Tensor gy = randn(y.shape(), gen);
+      y.backward(gy);
+      Tensor rgx = empty(c.shape);
+      cpu::max_pool2d_backward(g, gy, ridx, rgx);
+      EXPECT_TRUE(equal(x.grad(), rgx)) << "grad";
+    }
   }
+  set_num_threads(threads_before);
 }
 
 TEST(PoolFast, GradcheckFirstAndSecondOrder) {
