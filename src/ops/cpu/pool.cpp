@@ -1,7 +1,8 @@
-// CPU pooling: max with argmax, average through window tables, their
+// CPU pooling: max with argmax, 2x2 stride-2 max with one-byte taps (NOTE
+// [2x2 max pooling] in pool.h), average through window tables, their
 // gradients, and the plain ref:: loops. Planes [H, W] are independent, so
-// every kernel runs parallel over planes; inner loops run along an output
-// row so they vectorize.
+// every kernel runs parallel over planes (the 2x2 ones over row pairs);
+// inner loops run along an output row so they vectorize.
 #include "src/ops/cpu/pool.h"
 
 #include <bit>

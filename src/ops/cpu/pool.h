@@ -1,5 +1,6 @@
 // CPU pooling kernels over N independent planes [N, H, W] (N = B * C):
-// max pooling with argmax indices and its gradient scatter, and average
+// max pooling with argmax indices and its gradient scatter (2x2 stride-2
+// windows: one-byte taps, NOTE [2x2 max pooling]), and average
 // pooling (plain, count_include_pad, adaptive) through per-dim window
 // tables. The plain ref:: versions recompute every window from PyTorch's
 // formulas.
