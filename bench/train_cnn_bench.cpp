@@ -38,7 +38,9 @@ void cnn_step_bench(const std::string& name, int64_t batch) {
   optim::Adam opt(net.parameters(), {.lr = 1e-3});
   Generator gen(1);
   Tensor x = randn({batch, 1, 28, 28}, gen), y = randint(0, 10, {batch}, gen);
-  Workload w{.unit = "samples/s", .items_per_step = double(batch), .flops_per_step = double(batch) * cnn_flops_per_sample()};
+  Workload w{.unit = "samples/s",
+             .items_per_step = double(batch),
+             .flops_per_step = double(batch) * cnn_flops_per_sample()};
   run_workload(name, w, mem, [&] {
     Tensor loss = cross_entropy(net.forward(x), y);
     loss.backward();

@@ -90,32 +90,55 @@ Pair check_pool(const char* op, int nsp, const Tensor& x, const Lifted& l, PoolA
 
 // ---- max ----
 
-Tensor max_pool_backward(const char* op, const MaxPoolGeom& g, const Shape& in_shape, const Tensor& gy,
-                         const Tensor& indices);
+// Where each window's maximum is: i64 plane indices, or for 2x2 windows
+// with stride 2 the one-byte taps of NOTE [2x2 max pooling] (src/ops/cpu/pool.h).
+struct Argmax {
+  MaxPoolGeom g;
+  Tensor indices;  // [B, C, OH, OW] i64, or undefined when taps is set
+  Tensor taps;     // [B, C, OH, OW] u8
+  Tensor plane_indices() const {
+    if (indices.defined()) return indices;
+    Tensor idx = Tensor::empty(taps.shape(), kI64);
+    cpu::max_pool2d_2x2_indices(g, taps, idx);
+    return idx;
+  }
+};
 
-std::pair<Tensor, Tensor> max_pool_any(const char* op, int nsp, const Tensor& x, PoolArgs a, bool ceil_mode) {
+Tensor max_pool_backward(const char* op, const Argmax& am, const Shape& in_shape, const Tensor& gy);
+
+// (values, indices); indices only when want_indices (the 2x2 kernel then
+// expands its taps; max_pool2d alone never builds them).
+std::pair<Tensor, Tensor> max_pool_any(const char* op, int nsp, const Tensor& x, PoolArgs a, bool ceil_mode,
+                                       bool want_indices) {
   Lifted l = lift_input(op, x, nsp);
   const Pair out = check_pool(op, nsp, x, l, a, ceil_mode);
   const Shape& s4 = l.x4.shape();
   MaxPoolGeom g{s4[0] * s4[1], s4[2], s4[3], out[0], out[1], a.k[0], a.k[1], a.s[0],
                 a.s[1],        a.p[0], a.p[1], a.d[0], a.d[1]};
   Tensor values = Tensor::empty({s4[0], s4[1], out[0], out[1]}, x.dtype());
-  Tensor indices = Tensor::empty({s4[0], s4[1], out[0], out[1]}, kI64);
-  cpu::max_pool2d(g, l.x4, values, indices);
+  Argmax am{g, {}, {}};
+  if (cpu::is_max_pool_2x2(g)) {
+    am.taps = Tensor::empty({s4[0], s4[1], out[0], out[1]}, kU8);
+    cpu::max_pool2d_2x2(g, l.x4, values, am.taps);
+  } else {
+    am.indices = Tensor::empty({s4[0], s4[1], out[0], out[1]}, kI64);
+    cpu::max_pool2d(g, l.x4, values, am.indices);
+  }
   if (needs_grad(l.x4))
-    record(op, {l.x4}, {values}, {}, [op, g, in_shape = s4, indices](const VjpArgs& v) -> Grads {
-      return {max_pool_backward(op, g, in_shape, v.grad(), indices)};
+    record(op, {l.x4}, {values}, {}, [op, am, in_shape = s4](const VjpArgs& v) -> Grads {
+      return {max_pool_backward(op, am, in_shape, v.grad())};
     });
-  return {lower(values, nsp, l.batched), lower(indices, nsp, l.batched)};
+  Tensor indices = want_indices ? lower(am.plane_indices(), nsp, l.batched) : Tensor();
+  return {lower(values, nsp, l.batched), indices};
 }
 
-Tensor max_pool_backward(const char* op, const MaxPoolGeom& g, const Shape& in_shape, const Tensor& gy,
-                         const Tensor& indices) {
+Tensor max_pool_backward(const char* op, const Argmax& am, const Shape& in_shape, const Tensor& gy) {
   Tensor gx = Tensor::empty(in_shape, gy.dtype());
-  cpu::max_pool2d_backward(g, gy, indices, gx);
+  if (am.taps.defined()) cpu::max_pool2d_2x2_backward(am.g, gy, am.taps, gx);
+  else cpu::max_pool2d_backward(am.g, gy, am.indices, gx);
   if (needs_grad(gy))
     // Linear in gy: its adjoint reads the incoming gradient at each argmax.
-    record(op, {gy}, {gx}, {}, [indices, out_shape = gy.shape()](const VjpArgs& v) -> Grads {
+    record(op, {gy}, {gx}, {}, [indices = am.plane_indices(), out_shape = gy.shape()](const VjpArgs& v) -> Grads {
       Tensor flat = flatten(v.grad(), 2);  // [B, C, H * W]
       return {reshape(gather(flat, 2, flatten(indices, 2)), out_shape)};
     });
@@ -194,20 +217,23 @@ Tensor adaptive_avg_any(const char* op, int nsp, const Tensor& x, Pair size) {
 
 Tensor max_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t padding, int64_t dilation,
                   bool ceil_mode) {
-  return max_pool1d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode).first;
+  return max_pool_any("max_pool1d", 1, x, {{1, kernel_size}, {1, stride}, {0, padding}, {1, dilation}}, ceil_mode,
+                      false)
+      .first;
 }
 
 Tensor max_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride, Size2 padding, Size2 dilation, bool ceil_mode) {
   return max_pool_any("max_pool2d", 2, x,
                       {{kernel_size.h, kernel_size.w}, {stride.h, stride.w}, {padding.h, padding.w},
                        {dilation.h, dilation.w}},
-                      ceil_mode)
+                      ceil_mode, false)
       .first;
 }
 
 std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x, int64_t kernel_size, int64_t stride,
                                                   int64_t padding, int64_t dilation, bool ceil_mode) {
-  return max_pool_any("max_pool1d", 1, x, {{1, kernel_size}, {1, stride}, {0, padding}, {1, dilation}}, ceil_mode);
+  return max_pool_any("max_pool1d", 1, x, {{1, kernel_size}, {1, stride}, {0, padding}, {1, dilation}}, ceil_mode,
+                      true);
 }
 
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Size2 kernel_size, Size2 stride, Size2 padding,
@@ -215,7 +241,7 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Size2 kernel_
   return max_pool_any("max_pool2d", 2, x,
                       {{kernel_size.h, kernel_size.w}, {stride.h, stride.w}, {padding.h, padding.w},
                        {dilation.h, dilation.w}},
-                      ceil_mode);
+                      ceil_mode, true);
 }
 
 Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t padding, bool ceil_mode,

@@ -1,5 +1,6 @@
 // CPU pooling kernels over N independent planes [N, H, W] (N = B * C):
-// max pooling with argmax indices and its gradient scatter, and average
+// max pooling with argmax indices and its gradient scatter (2x2 stride-2
+// windows: one-byte taps, NOTE [2x2 max pooling]), and average
 // pooling (plain, count_include_pad, adaptive) through per-dim window
 // tables. The plain ref:: versions recompute every window from PyTorch's
 // formulas.
@@ -27,6 +28,23 @@ void max_pool2d(const MaxPoolGeom& g, const Tensor& x, const Tensor& out, const 
 /// grad_in [N, H, W] = 0, then grad_in[n, indices[n, i]] += grad_out[n, i].
 void max_pool2d_backward(const MaxPoolGeom& g, const Tensor& grad_out, const Tensor& indices,
                          const Tensor& grad_in);
+
+/// NOTE [2x2 max pooling]: the CNN case -- 2x2 windows, stride 2, no padding
+/// or dilation -- has its own kernels. Windows do not overlap and lie inside
+/// the plane, so each reads two contiguous input rows, and instead of i64
+/// plane indices it records the winning tap as one byte (0 top-left,
+/// 1 top-right, 2 bottom-left, 3 bottom-right): 8x less index traffic, and
+/// the backward writes every input element once (no zero fill + scatter).
+/// Same tie and NaN rules as max_pool2d.
+bool is_max_pool_2x2(const MaxPoolGeom& g);
+/// out [N, OH, OW] (x's dtype) and taps [N, OH, OW] (u8); x any floating layout.
+void max_pool2d_2x2(const MaxPoolGeom& g, const Tensor& x, const Tensor& out, const Tensor& taps);
+/// grad_in [N, H, W]: grad_out at each window's winning tap, zero elsewhere
+/// (rows and columns no window reads included).
+void max_pool2d_2x2_backward(const MaxPoolGeom& g, const Tensor& grad_out, const Tensor& taps,
+                             const Tensor& grad_in);
+/// indices [N, OH, OW] (i64, h * W + w in the plane), as max_pool2d gives, from taps.
+void max_pool2d_2x2_indices(const MaxPoolGeom& g, const Tensor& taps, const Tensor& indices);
 
 /// Average windows, separable: output (oh, ow) is the sum of rows
 /// [h0[oh], h1[oh]) x columns [w0[ow], w1[ow]) of its plane divided by
