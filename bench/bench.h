@@ -143,5 +143,6 @@ void optim_benches(std::vector<Bench>& out);      // one AdamW step, copy-bandwi
 void io_benches(std::vector<Bench>& out);         // checkpoint save and load: io_bench.cpp
 // Training workloads (issue 8; bench/run workloads): one file per family.
 void train_mlp_benches(std::vector<Bench>& out);  // mlp_b64, mlp_b256: train_mlp_bench.cpp
+void train_rl_benches(std::vector<Bench>& out);   // ppo_update_b64, ac_forward_b1: train_rl_bench.cpp
 
 }  // namespace bench
