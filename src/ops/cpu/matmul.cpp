@@ -163,6 +163,122 @@ void run_plain(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor
 }
 
 // ---------------------------------------------------------------------------
+// Small f32 products. Below kSmallMacs multiply-adds oneDNN's per-call cost
+// (cache lookup, argument setup, JIT dispatch: ~1-2 us) exceeds the
+// arithmetic: the layers of RL policies ([1, 4] @ [4, 64], [64, 64] @ [64, 2],
+// ...) and their gradients. These run here, single-threaded, in one of three
+// loop orders chosen so the innermost loop is long and unit-stride:
+//   rows   out[m, :] += a[m, k] * b[k, :]   (b rows contiguous, packed if not)
+//   dots   out[m, n]  = a[m, :] . b[:, n]   (N small, a rows and b columns contiguous)
+//   the transposed problem out^T = b^T a^T by rows (N small, a columns contiguous, no bias)
+// ---------------------------------------------------------------------------
+
+constexpr int64_t kSmallMacs = int64_t(1) << 15;
+constexpr int64_t kSmallMaxN = 1024;  // row accumulators live on the stack
+constexpr int64_t kLong = 16;         // one AVX-512 vector of f32
+
+struct SmallArgs {
+  int64_t M, K, N;
+  const float* a;
+  int64_t a_sm, a_sk;
+  const float* b;  // row-major [K, N] with leading stride ldb
+  int64_t ldb;
+  float* o;
+  int64_t o_sm, o_sn;
+  const float* bias;  // indexed by n, or null
+  int64_t bias_stride;
+  float alpha, beta;
+};
+
+inline float small_epilogue(const SmallArgs& p, float acc, int64_t m, int64_t n) {
+  float v = p.alpha * acc;
+  if (p.bias) v += p.bias[n * p.bias_stride];
+  float& dst = p.o[m * p.o_sm + n * p.o_sn];
+  if (p.beta != 0.0f) v += p.beta * dst;  // beta == 0 ignores old values (NaN included)
+  return dst = v, v;
+}
+
+// rows: a block of up to 64 columns (4 vectors) accumulated over k in registers.
+template <bool kFull>
+inline void small_rows_block(const SmallArgs& p, int64_t m, int64_t n0, int64_t nb) {
+  float acc[64] = {};
+  const float* arow = p.a + m * p.a_sm;
+  for (int64_t k = 0; k < p.K; ++k) {
+    const float av = arow[k * p.a_sk];
+    const float* brow = p.b + k * p.ldb + n0;
+    if constexpr (kFull) {
+#pragma omp simd
+      for (int64_t j = 0; j < 64; ++j) acc[j] += av * brow[j];
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < nb; ++j) acc[j] += av * brow[j];
+    }
+  }
+  for (int64_t j = 0; j < nb; ++j) small_epilogue(p, acc[j], m, n0 + j);
+}
+
+void small_rows(const SmallArgs& p) {
+  for (int64_t m = 0; m < p.M; ++m) {
+    int64_t n0 = 0;
+    for (; n0 + 64 <= p.N; n0 += 64) small_rows_block<true>(p, m, n0, 64);
+    if (n0 < p.N) small_rows_block<false>(p, m, n0, p.N - n0);
+  }
+}
+
+// dots: b is [K, N] column-major here (b[k, n] at k + n * ldb), a rows unit-stride.
+void small_dots(const SmallArgs& p) {
+  for (int64_t m = 0; m < p.M; ++m) {
+    const float* arow = p.a + m * p.a_sm;
+    for (int64_t n = 0; n < p.N; ++n) {
+      const float* bcol = p.b + n * p.ldb;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t k = 0; k < p.K; ++k) s += arow[k] * bcol[k];
+      small_epilogue(p, s, m, n);
+    }
+  }
+}
+
+bool small_eligible(const Geometry& g, DType dt) {
+  return dt == kF32 && g.batch.empty() && g.N <= kSmallMaxN && g.M <= kSmallMaxN &&
+         g.M * g.N * g.K <= kSmallMacs;
+}
+
+void run_small(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor& out, const MatmulEpilogue& ep) {
+  SmallArgs p{g.M, g.K, g.N, static_cast<const float*>(a.data_ptr()), g.a_sm, g.a_sk,
+              static_cast<const float*>(b.data_ptr()), 0, static_cast<float*>(out.data_ptr()), g.o_sm, g.o_sn,
+              ep.bias ? static_cast<const float*>(ep.bias->data_ptr()) : nullptr,
+              ep.bias ? ep.bias->strides()[0] : 0, ep.alpha.to<float>(), ep.beta.to<float>()};
+  if (g.N >= kLong) {
+    // rows, on b's rows in place or a row-major packed copy of b
+  } else if (g.a_sk == 1 && g.b_sk == 1 && g.K >= kLong) {
+    p.ldb = g.b_sn;
+    small_dots(p);
+    return;
+  } else if (!ep.bias && g.a_sm == 1 && g.M >= kLong) {
+    // out^T [N, M] = b^T [N, K] @ a^T [K, M]: a^T's rows are contiguous.
+    SmallArgs t = p;
+    t.M = g.N, t.N = g.M;
+    t.a = p.b, t.a_sm = g.b_sn, t.a_sk = g.b_sk;
+    t.b = p.a, t.ldb = g.a_sk;
+    t.o_sm = g.o_sn, t.o_sn = g.o_sm;
+    small_rows(t);
+    return;
+  }
+  if (g.b_sn == 1) {
+    p.ldb = g.b_sk;
+  } else {
+    thread_local std::vector<float> pack;  // grows to the largest b seen, then reused (no steady-state malloc)
+    if (pack.size() < size_t(g.K * g.N)) pack.resize(size_t(g.K * g.N));
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t k = 0; k < g.K; ++k) pack[size_t(k * g.N + n)] = p.b[k * g.b_sk + n * g.b_sn];
+    p.b = pack.data();
+    p.ldb = g.N;
+  }
+  small_rows(p);
+}
+
+// ---------------------------------------------------------------------------
 // oneDNN. One engine and one stream for the process (CPU streams execute in
 // the calling thread); primitives live in a per-thread LRU keyed by the whole
 // canonical geometry, so a repeated shape skips primitive creation (tens of
@@ -215,6 +331,7 @@ using PrimitiveCache = dnnl_common::LruCache<Key, Entry, KeyHash>;
 
 // Per-thread state, reached through one thread_local lookup per call.
 struct ThreadState {
+  ThreadState() { last_impl.reserve(64); }  // alternating small and oneDNN calls reuse this buffer
   PrimitiveCache cache{128};
   std::string last_impl = "none";
 };
@@ -367,6 +484,11 @@ void matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out_in, const 
   if (!dnnl_dtype || g.K == 0 || int64_t(g.batch.size()) + 2 > kMaxDnnlDims) {
     state().last_impl = "plain";
     run_plain(g, a_in, b_in, out_in, ep);
+    return;
+  }
+  if (small_eligible(g, dt)) {
+    state().last_impl = "small";
+    run_small(g, a_in, b_in, out_in, ep);
     return;
   }
 
