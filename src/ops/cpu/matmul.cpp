@@ -168,9 +168,10 @@ void run_plain(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor
 // arithmetic: the layers of RL policies ([1, 4] @ [4, 64], [64, 64] @ [64, 2],
 // ...) and their gradients. These run here, single-threaded, in one of three
 // loop orders chosen so the innermost loop is long and unit-stride:
-//   rows   out[m, :] += a[m, k] * b[k, :]   (b rows contiguous, packed if not)
-//   dots   out[m, n]  = a[m, :] . b[:, n]   (N small, a rows and b columns contiguous)
+//   dots   out[m, n]  = a[m, :] . b[:, n]   (a rows and b columns contiguous,
+//                                            and M <= 4 or N small with K long)
 //   the transposed problem out^T = b^T a^T by rows (N small, a columns contiguous, no bias)
+//   rows   out[m, :] += a[m, k] * b[k, :]   (otherwise; b packed row-major unless its rows are contiguous)
 // ---------------------------------------------------------------------------
 
 constexpr int64_t kSmallMacs = int64_t(1) << 15;
@@ -249,13 +250,16 @@ void run_small(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor
               static_cast<const float*>(b.data_ptr()), 0, static_cast<float*>(out.data_ptr()), g.o_sm, g.o_sn,
               ep.bias ? static_cast<const float*>(ep.bias->data_ptr()) : nullptr,
               ep.bias ? ep.bias->strides()[0] : 0, ep.alpha.to<float>(), ep.beta.to<float>()};
-  if (g.N >= kLong) {
-    // rows, on b's rows in place or a row-major packed copy of b
-  } else if (g.a_sk == 1 && g.b_sk == 1 && g.K >= kLong) {
+  const bool dots_fit = g.a_sk == 1 && g.b_sk == 1;
+  if (dots_fit && g.b_sn != 1 && (g.M <= 4 || (g.N < kLong && g.K >= kLong))) {
+    // A few rows against b's contiguous columns (a layer's transposed weight
+    // at batch 1: packing b would cost as much as the product), or few
+    // columns with a long inner dim.
     p.ldb = g.b_sn;
     small_dots(p);
     return;
-  } else if (!ep.bias && g.a_sm == 1 && g.M >= kLong) {
+  }
+  if (g.N < kLong && !ep.bias && g.a_sm == 1 && g.M >= kLong) {
     // out^T [N, M] = b^T [N, K] @ a^T [K, M]: a^T's rows are contiguous.
     SmallArgs t = p;
     t.M = g.N, t.N = g.M;
