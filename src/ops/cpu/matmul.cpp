@@ -219,6 +219,18 @@ inline void small_rows_block(const SmallArgs& p, int64_t m, int64_t n0, int64_t 
       for (int64_t j = 0; j < nb; ++j) acc[j] += av * brow[j];
     }
   }
+  float* dst = p.o + m * p.o_sm + n0 * p.o_sn;
+  const float* bias = p.bias ? p.bias + n0 * p.bias_stride : nullptr;
+  if (p.o_sn == 1 && (!bias || p.bias_stride == 1) && p.beta == 0.0f) {  // the usual case, vectorized
+    if (bias) {
+#pragma omp simd
+      for (int64_t j = 0; j < nb; ++j) dst[j] = p.alpha * acc[j] + bias[j];
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < nb; ++j) dst[j] = p.alpha * acc[j];
+    }
+    return;
+  }
   for (int64_t j = 0; j < nb; ++j) small_epilogue(p, acc[j], m, n0 + j);
 }
 
