@@ -442,6 +442,32 @@ TEST(LinalgGrad, Linear) {
   EXPECT_GRADCHECK([in](const std::vector<Tensor>& x) { return linear(in, x[0], x[1]); }, {leaf({3, 4}, 4), leaf({3}, 5)});
 }
 
+TEST(LinalgGrad, LinearBackwardKernelPathMatchesComposite) {
+  // Without create_graph linear's vjp calls the kernel on flattened views
+  // (contiguous g and x); with it, or a non-contiguous x, the composite ops.
+  // Both must give g @ W, g^T x and the row sums of g.
+  for (bool contiguous_x : {true, false}) {
+    for (bool create_graph : {false, true}) {
+      SCOPED_TRACE(fmt::format("contiguous_x {} create_graph {}", contiguous_x, create_graph));
+      Tensor x0 = random({2, 3, 5}, 1), w = random({4, 5}, 2).requires_grad_(), b = random({4}, 3).requires_grad_();
+      Tensor x = (contiguous_x ? x0 : in_layout(x0, Layout::transposed)).requires_grad_();
+      Tensor g = random({2, 3, 4}, 4);
+      auto grads = kiln::grad({linear(x, w, b)}, {x, w, b}, {g}, false, create_graph);
+      Tensor g2 = reshape(g, {6, 4}), x2 = reshape(x0, {6, 5});
+      NoGradGuard ng;
+      EXPECT_TRUE(all_close(grads[0], reshape(matmul(g2, w), {2, 3, 5}), 1e-5, 1e-5));
+      EXPECT_TRUE(all_close(grads[1], matmul(g2.t(), x2), 1e-5, 1e-5));
+      EXPECT_TRUE(all_close(grads[2], sum(g2, {0}), 1e-5, 1e-5));
+      EXPECT_EQ(grads[0].requires_grad(), create_graph);
+    }
+  }
+  // Zero rows: zero weight and bias gradients.
+  Tensor x = zeros({0, 5}).requires_grad_(), w = random({4, 5}, 5).requires_grad_(), b = zeros({4}).requires_grad_();
+  auto grads = kiln::grad({linear(x, w, b)}, {x, w, b}, {zeros({0, 4})});
+  EXPECT_TRUE(testing::equal(grads[1], zeros({4, 5})));
+  EXPECT_TRUE(testing::equal(grads[2], zeros({4})));
+}
+
 TEST(LinalgGrad, Addmm) {
   uint64_t seed = 3000;
   for (const Shape& is : {Shape{3, 4}, Shape{4}, Shape{3, 1}, Shape{1, 4}, Shape{}}) {
