@@ -111,6 +111,7 @@ std::vector<Bench> all_benches() {
   train_mlp_benches(out);
   train_cnn_benches(out);
   train_gpt_benches(out);
+  train_rl_benches(out);
   return out;
 }
 
