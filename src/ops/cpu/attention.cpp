@@ -320,10 +320,14 @@ void backward_impl(const AttentionShape& s, Heads<const A> q, Heads<const A> k, 
     const MaskView mk = mask_for(s, bh / s.H, bh % s.H);
 
     pack_rows(qh, q.st, Dh, Tq, Dhp, scale, Qp);  // dK = dS^T (scale q) needs no extra scaling
-    for (int64_t i = 0; i < Tq; ++i) {
-      A* o = dOp + i * Dvp;
-      for (int64_t c = 0; c < Dv; ++c) o[c] = gh[i * gs[2] + c * gs[3]];
-      for (int64_t c = Dv; c < Dvp; ++c) o[c] = A(0);
+    if (gs[3] == 1) {  // rows of unit stride (the usual case): a plain copy, not a gather
+      pack_rows(gh, gs[2], Dv, Tq, Dvp, A(1), dOp);
+    } else {
+      for (int64_t i = 0; i < Tq; ++i) {
+        A* o = dOp + i * Dvp;
+        for (int64_t c = 0; c < Dv; ++c) o[c] = gh[i * gs[2] + c * gs[3]];
+        for (int64_t c = Dv; c < Dvp; ++c) o[c] = A(0);
+      }
     }
     pack_rows(kh, k.st, Dh, Tk, Dhp, A(1), Kp);
     std::fill(Kp + Tk * Dhp, Kp + Tkp * Dhp, A(0));
