@@ -143,5 +143,6 @@ void optim_benches(std::vector<Bench>& out);      // one AdamW step, copy-bandwi
 void io_benches(std::vector<Bench>& out);         // checkpoint save and load: io_bench.cpp
 // Training workloads (issue 8; bench/run workloads): one file per family.
 void train_mlp_benches(std::vector<Bench>& out);  // mlp_b64, mlp_b256: train_mlp_bench.cpp
+void train_lstm_benches(std::vector<Bench>& out);  // lstm: train_lstm_bench.cpp
 
 }  // namespace bench

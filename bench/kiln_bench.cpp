@@ -109,6 +109,7 @@ std::vector<Bench> all_benches() {
   optim_benches(out);
   io_benches(out);
   train_mlp_benches(out);
+  train_lstm_benches(out);
   return out;
 }
 
