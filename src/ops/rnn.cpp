@@ -125,11 +125,12 @@ Tensor gru_cell_pointwise(const Tensor& gi, const Tensor& gh, const Tensor& h) {
 namespace {
 
 // NOTE [lstm_sequence buffers]
-// Forward keeps three time-major buffers: gates [T, B, 4H] (the
+// Forward keeps four time-major buffers: gates [T, B, 4H] (the
 // pre-activations: x W_ih^T + b for all steps from one GEMM, then each step
-// adds h_{t-1} W_hh^T into its slice), cs [T, B, H] (every step's c) and the
-// output hs [T, B, H]; backward recomputes the activations from gates and cs
-// (cpu::lstm_cell_backward). Backward keeps dG [T, B, 4H] (dgates of every
+// adds h_{t-1} W_hh^T into its slice, and the cell kernel overwrites the
+// slice with the activations i, f, g, o), cs and tcs [T, B, H] (every step's
+// c and tanh(c)) and the output hs [T, B, H], so backward evaluates no
+// transcendental (cpu::lstm_cell_backward_acts). Backward keeps dG [T, B, 4H] (dgates of every
 // step) and dH [T, B, H] (g_hs, into whose slice t-1 step t adds
 // dgates_t W_hh), and carries dc [B, H]; after the loop the weight grads are
 // one GEMM each over all T*B rows: dW_ih = dG^T x, dW_hh = dG[1:]^T hs[:-1]
@@ -224,7 +225,7 @@ std::pair<Tensor, Tensor> lstm_sequence(const Tensor& x, const Tensor& h0, const
   check_seq(op, x, h0, c0, w_ih, w_hh, b_ih, b_hh);
   const int64_t T = x.shape()[0], B = x.shape()[1], I = x.shape()[2], H = w_hh.shape()[1];
   const DType dt = x.dtype();
-  Tensor xc, h0c, c0c, gates, cs, hs, bias;
+  Tensor xc, h0c, c0c, gates, cs, tcs, hs, bias;
   {
     NoGradGuard no_grad;
     xc = contiguous(x);
@@ -232,6 +233,7 @@ std::pair<Tensor, Tensor> lstm_sequence(const Tensor& x, const Tensor& h0, const
     c0c = contiguous(c0);
     gates = Tensor::empty({T, B, 4 * H}, dt);
     cs = Tensor::empty({T, B, H}, dt);
+    tcs = Tensor::empty({T, B, H}, dt);
     hs = Tensor::empty({T, B, H}, dt);
     // Both biases enter the same pre-activation: fold them into the input
     // projection's epilogue ([4H], once per call).
@@ -245,7 +247,7 @@ std::pair<Tensor, Tensor> lstm_sequence(const Tensor& x, const Tensor& h0, const
     for (int64_t t = 0; t < T; ++t) {
       Tensor g = gates.select(0, t), hn = hs.select(0, t), cn = cs.select(0, t);
       cpu::matmul(h, w_hh_t, g, accumulate_into());  // [B, H] x [H, 4H] += into gates[t]
-      cpu::lstm_cell(g, c, hn, cn);
+      cpu::lstm_cell_train(g, c, hn, cn, tcs.select(0, t));  // g becomes the activations
       h = hn;
       c = cn;
     }
@@ -255,10 +257,11 @@ std::pair<Tensor, Tensor> lstm_sequence(const Tensor& x, const Tensor& h0, const
   cpu::copy(cs.select(0, T - 1), c_last);
   if (needs_grad(x, h0, c0, w_ih, w_hh, b_ih, b_hh)) {
     record(op, {x, h0, c0, w_ih, w_hh, b_ih, b_hh}, {hs, c_last},
-           {x, h0, c0, w_ih, w_hh, b_ih, b_hh, gates, cs, hs, xc, c0c}, [T, B, I, H](const VjpArgs& a) -> Grads {
+           {x, h0, c0, w_ih, w_hh, b_ih, b_hh, gates, cs, hs, xc, c0c, tcs}, [T, B, I, H](const VjpArgs& a) -> Grads {
              if (GradMode::is_enabled()) return lstm_sequence_vjp_composed(a);
-             const Tensor &h0 = a.saved[1], &w_ih = a.saved[3], &w_hh = a.saved[4], &gates = a.saved[7],
-                          &cs = a.saved[8], &hs = a.saved[9], &x = a.saved[10], &c0 = a.saved[11];
+             const Tensor &h0 = a.saved[1], &w_ih = a.saved[3], &w_hh = a.saved[4], &acts = a.saved[7],
+                          &cs = a.saved[8], &hs = a.saved[9], &x = a.saved[10], &c0 = a.saved[11],
+                          &tcs = a.saved[12];
              const DType dt = x.dtype();
              Tensor dH = Tensor::empty({T, B, H}, dt), dc = Tensor::empty({B, H}, dt);
              Tensor dG = Tensor::empty({T, B, 4 * H}, dt);
@@ -266,9 +269,8 @@ std::pair<Tensor, Tensor> lstm_sequence(const Tensor& x, const Tensor& h0, const
              cpu::copy(a.grads[1], dc);
              for (int64_t t = T - 1; t >= 0; --t) {
                Tensor dg = dG.select(0, t);
-               // dc is read and overwritten element by element (gc_prev = dc * f).
-               cpu::lstm_cell_backward(gates.select(0, t), t > 0 ? cs.select(0, t - 1) : c0, cs.select(0, t),
-                                       dH.select(0, t), dc, dg, dc);
+               cpu::lstm_cell_backward_acts(acts.select(0, t), t > 0 ? cs.select(0, t - 1) : c0, tcs.select(0, t),
+                                            dH.select(0, t), dc, dg);  // dc: grad of c_t in, of c_{t-1} out
                if (t > 0) cpu::matmul(dg, w_hh, dH.select(0, t - 1), accumulate_into());  // [B, 4H] x [4H, H]
              }
              Grads out(7);

@@ -1,4 +1,6 @@
-// lstm_sequence (one LSTM layer over a whole sequence as one op): f64
+// lstm_sequence (one LSTM layer over a whole sequence as one op) and its
+// training kernels (cpu::lstm_cell_train / lstm_cell_backward_acts against
+// cpu::ref, f32 and f64, odd H, B = 1, rows split over threads): f64
 // gradchecks w.r.t. every input (B = 1, T = 1, odd H, no bias, one bias,
 // non-contiguous inputs), second order through the create_graph path, values
 // and gradients against the same layer composed per step from
@@ -6,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/ops/rnn.h"
+#include "src/ops/cpu/rnn.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -107,6 +110,55 @@ TEST(LstmSequence, MatchesPerStepComposition) {
     std::vector<Tensor> g2 = kiln::grad({hs2, c2}, in, {dh, dc});
     for (size_t i = 0; i < in.size(); ++i) EXPECT_TRUE(all_close(g1[i], g2[i], 1e-4, 1e-4)) << "grad " << i;
   }
+}
+
+// The training kernels keep activations for a backward without
+// transcendentals; they must give cpu::ref's values (h, c, and the gradients
+// of lstm_cell_backward), with the saved activations equal to sigmoid/tanh of
+// the pre-activations.
+TEST(LstmSequence, TrainKernelsMatchReference) {
+  for (DType dt : {kF32, kF64})
+    for (auto [B, H] : {std::pair<int64_t, int64_t>{1, 1}, {1, 37}, {7, 13}, {32, 256}, {300, 33}}) {
+      auto r = [&](const Shape& s, uint64_t seed) { return leaf(s, seed, -4, 4).detach().to(dt); };
+      const double tol = dt == kF32 ? 2e-6 : 1e-13;
+      Tensor g = r({B, 4 * H}, 1), c = r({B, H}, 2), dh = r({B, H}, 3), dc = r({B, H}, 4);
+      Tensor acts = g.clone(), h1 = Tensor::empty({B, H}, dt), c1 = Tensor::empty({B, H}, dt);
+      Tensor tc = Tensor::empty({B, H}, dt);
+      cpu::lstm_cell_train(acts, c, h1, c1, tc);
+      Tensor h2 = Tensor::empty({B, H}, dt), c2 = Tensor::empty({B, H}, dt);
+      cpu::ref::lstm_cell(g, c, h2, c2);
+      EXPECT_TRUE(all_close(h1, h2, tol, tol));
+      EXPECT_TRUE(all_close(c1, c2, tol, tol));
+      EXPECT_TRUE(all_close(tc, tanh(c2), tol, tol));
+      auto p = chunk(g, 4, 1);
+      EXPECT_TRUE(all_close(acts, cat({sigmoid(p[0]), sigmoid(p[1]), tanh(p[2]), sigmoid(p[3])}, 1), tol, tol));
+
+      Tensor gg1 = Tensor::empty({B, 4 * H}, dt), dc1 = dc.clone();
+      cpu::lstm_cell_backward_acts(acts, c, tc, dh, dc1, gg1);
+      Tensor gg2 = Tensor::empty({B, 4 * H}, dt), dc2 = Tensor::empty({B, H}, dt);
+      cpu::ref::lstm_cell_backward(g, c, c2, dh, dc, gg2, dc2);
+      EXPECT_TRUE(all_close(gg1, gg2, 4 * tol, 4 * tol)) << name(dt) << " B " << B << " H " << H;
+      EXPECT_TRUE(all_close(dc1, dc2, 4 * tol, 4 * tol));
+    }
+}
+
+TEST(LstmSequence, SameResultForAnyThreadCount) {
+  std::vector<Tensor> in;
+  for (const Tensor& t : inputs({3, 64, 8, 64}, 500)) in.push_back(t.detach().to(kF32).requires_grad_(true));
+  Tensor dh = leaf({3, 64, 64}, 501).detach().to(kF32);
+  const int saved = get_num_threads();
+  std::vector<std::vector<Tensor>> res;
+  for (int n : {1, 2}) {
+    set_num_threads(n);
+    auto [hs, c] = lstm_sequence(in[0], in[1], in[2], in[3], in[4], in[5], in[6]);
+    std::vector<Tensor> r = kiln::grad({hs}, in, {dh});
+    r.push_back(hs.detach());
+    r.push_back(c.detach());
+    res.push_back(r);
+  }
+  set_num_threads(saved);
+  // GEMMs may block K differently per thread count: equal to rounding.
+  for (size_t i = 0; i < res[0].size(); ++i) EXPECT_TRUE(all_close(res[0][i], res[1][i], 1e-5, 1e-6)) << i;
 }
 
 TEST(LstmSequence, NoGradLeavesNoGraph) {
