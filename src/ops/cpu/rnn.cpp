@@ -16,7 +16,10 @@ namespace kiln::cpu {
 namespace {
 
 constexpr int64_t kGrain = 8192;  // elements of [B, H] per parallel chunk, at least
-constexpr int64_t kHeavyGrain = 2048;  // the same for lstm_cell_train (five transcendentals each)
+// The same for the training kernels of lstm_sequence: each runs once per
+// timestep on the recurrence's critical path, so a [32, 256] step is split
+// over the threads instead of leaving all but one idle.
+constexpr int64_t kStepGrain = 2048;
 
 template <class T>
 const T* cptr(const Tensor& t) {
@@ -31,6 +34,11 @@ T* mptr(const Tensor& t) {
 template <class F>
 void rows(int64_t B, int64_t H, F&& fn) {
   parallel_for(0, B, std::max<int64_t>(1, kGrain / std::max<int64_t>(H, 1)), fn);
+}
+
+template <class F>
+void step_rows(int64_t B, int64_t H, F&& fn) {
+  parallel_for(0, B, std::max<int64_t>(1, kStepGrain / std::max<int64_t>(H, 1)), fn);
 }
 
 }  // namespace
@@ -114,9 +122,7 @@ void lstm_cell_train(const Tensor& gates, const Tensor& c, const Tensor& h_out, 
     T* gp = mptr<T>(gates);
     const T* cp = cptr<T>(c);
     T *hp = mptr<T>(h_out), *cn = mptr<T>(c_out), *tp = mptr<T>(tc_out);
-    // Five transcendentals per element: worth splitting a [32, 256] step
-    // over the threads (kGrain would keep it on one).
-    parallel_for(0, B, std::max<int64_t>(1, kHeavyGrain / std::max<int64_t>(H, 1)), [&](int64_t lo, int64_t hi) {
+    step_rows(B, H, [&](int64_t lo, int64_t hi) {
       for (int64_t b = lo; b < hi; ++b) {
         T* g = gp + b * 4 * H;
         const int64_t r = b * H;
@@ -147,7 +153,7 @@ void lstm_cell_backward_acts(const Tensor& acts, const Tensor& c, const Tensor& 
     using A = acc_t<T>;
     const T *ap = cptr<T>(acts), *cp = cptr<T>(c), *tp = cptr<T>(tc), *dhp = cptr<T>(dh);
     T *dcp = mptr<T>(dc), *ggp = mptr<T>(g_gates);
-    rows(B, H, [&](int64_t lo, int64_t hi) {
+    step_rows(B, H, [&](int64_t lo, int64_t hi) {
       for (int64_t b = lo; b < hi; ++b) {
         const T* a = ap + b * 4 * H;
         T* out = ggp + b * 4 * H;
@@ -246,6 +252,7 @@ template <class F>
 void with_t(DType dt, F&& fn) {
   dispatch_floating(dt, [&](auto tag) { fn(tag); });
 }
+
 }  // namespace
 
 void lstm_cell(const Tensor& gates, const Tensor& c, const Tensor& h_out, const Tensor& c_out) {
