@@ -112,6 +112,7 @@ std::vector<Bench> all_benches() {
   train_cnn_benches(out);
   train_gpt_benches(out);
   train_rl_benches(out);
+  train_lstm_benches(out);
   return out;
 }
 
