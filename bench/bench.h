@@ -145,5 +145,7 @@ void io_benches(std::vector<Bench>& out);         // checkpoint save and load: i
 void train_mlp_benches(std::vector<Bench>& out);  // mlp_b64, mlp_b256: train_mlp_bench.cpp
 void train_cnn_benches(std::vector<Bench>& out);  // cnn_b64: train_cnn_bench.cpp
 void train_gpt_benches(std::vector<Bench>& out);  // gpt_char: train_gpt_bench.cpp
+void train_rl_benches(std::vector<Bench>& out);   // ppo_update_b64, ac_forward_b1: train_rl_bench.cpp
+void train_lstm_benches(std::vector<Bench>& out);  // lstm: train_lstm_bench.cpp
 
 }  // namespace bench

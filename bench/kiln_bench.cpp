@@ -111,6 +111,8 @@ std::vector<Bench> all_benches() {
   train_mlp_benches(out);
   train_cnn_benches(out);
   train_gpt_benches(out);
+  train_rl_benches(out);
+  train_lstm_benches(out);
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kiln/autograd/functional.h"
@@ -309,6 +310,13 @@ Tensor run_stack(const Tensor& x, int64_t L, int64_t H, const Tensor& valid, std
   return contiguous(transpose(in, 0, 1));
 }
 
+// True when there is no valid-step mask [T, B, 1] or every entry is set.
+bool all_valid(const Tensor& valid) {
+  if (!valid.defined()) return true;
+  const bool* v = valid.data<bool>();
+  return std::all_of(v, v + valid.numel(), [](bool b) { return b; });
+}
+
 // Per-layer initial carry from [L, B, H] (or zeros).
 Tensor layer_state(const Tensor& s, int64_t k, int64_t B, int64_t H, DType dtype) {
   return s.defined() ? s.select(0, k) : zeros({B, H}, {.dtype = dtype});
@@ -385,6 +393,19 @@ LSTMOutput LSTM::forward(const Tensor& x, const LSTMState& state, const Tensor& 
   for (int64_t k = 0; k < num_layers; ++k) {
     carry[size_t(k)] = {layer_state(state.h, k, B, H, x.dtype()), layer_state(state.c, k, B, H, x.dtype())};
     w_hh_t[size_t(k)] = weight_hh[size_t(k)].value().t();
+  }
+  if (all_valid(valid)) {
+    // Every row runs all T steps: one lstm_sequence op per layer (input
+    // projection, recurrence and backward each fused over the sequence).
+    const int64_t T = x.size(1);
+    Tensor in = contiguous(transpose(x, 0, 1));  // [T, B, I]
+    for (int64_t k = 0; k < num_layers; ++k) {
+      const auto i = size_t(k);
+      auto [hs, c_last] = lstm_sequence(in, carry[i].h, carry[i].c, weight_ih[i], weight_hh[i], bias_ih[i], bias_hh[i]);
+      carry[i] = {hs.select(0, T - 1), c_last};
+      in = hs;  // [T, B, H]
+    }
+    return {contiguous(transpose(in, 0, 1)), {stack_h(carry, false), stack_h(carry, true)}};
   }
   Tensor out = run_stack(
       x, num_layers, H, valid, carry,

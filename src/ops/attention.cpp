@@ -173,12 +173,32 @@ Tensor contiguous_untracked(const Tensor& t) {
   return contiguous(t);
 }
 
+// The kernels read [B, H, T, D] operands with any strides but a unit one along
+// D: MultiheadAttention's heads (views of a [B, T, 3 * H * Dh] projection) go
+// in without a copy.
+Tensor unit_rows(const Tensor& t) {
+  return t.size(3) <= 1 || t.strides()[3] == 1 ? t : contiguous_untracked(t);
+}
+
+// Whether t's heads are interleaved in its tokens ([B, T, H, D] memory viewed
+// as [B, H, T, D], as split_heads makes them).
+bool token_major(const Tensor& t) { return t.size(1) > 1 && t.size(2) > 1 && t.strides()[1] < t.strides()[2]; }
+
+// A new [B, H, T, D] tensor laid out like `like`: token-major memory
+// [B, T, H, D] viewed as [B, H, T, D] when `like` is token-major, so that
+// merging the heads back (transpose(1, 2) + reshape to [B, T, H * D]) is a
+// view; otherwise contiguous.
+Tensor empty_heads(const Tensor& like, int64_t B, int64_t H, int64_t T, int64_t D) {
+  if (!token_major(like)) return Tensor::empty({B, H, T, D}, like.dtype());
+  NoGradGuard no_grad;
+  return transpose(Tensor::empty({B, T, H, D}, like.dtype()), 1, 2);
+}
+
 AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const Problem& p) {
   const cpu::AttentionShape s = kernel_shape(p);
-  Tensor out = Tensor::empty({p.B, p.H, p.Tq, p.Dv}, q.dtype());
+  Tensor out = empty_heads(q, p.B, p.H, p.Tq, p.Dv);
   Tensor lse = Tensor::empty({p.B, p.H, p.Tq}, q.dtype());  // +inf marks a fully masked row
-  cpu::flash_attention_forward(s, contiguous_untracked(q), contiguous_untracked(k), contiguous_untracked(v), out,
-                               lse);
+  cpu::flash_attention_forward(s, unit_rows(q), unit_rows(k), unit_rows(v), out, lse);
   if (needs_grad(q, k, v)) {
     // Saves q, k, v as given (double backward needs them in the graph), out and lse.
     record(kOp, {q, k, v}, {out}, {q, k, v, out, lse}, [s, p](const VjpArgs& a) -> Grads {
@@ -186,10 +206,12 @@ AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const P
       // create_graph: the fused backward is not differentiable; recompute the
       // standard path's gradient with kiln ops so it can be differentiated again.
       if (GradMode::is_enabled()) return composed_grads(q, k, v, a.grad(), p);
-      Tensor dq = Tensor::empty(q.shape(), q.dtype()), dk = Tensor::empty(k.shape(), k.dtype()),
-             dv = Tensor::empty(v.shape(), v.dtype());
-      cpu::flash_attention_backward(s, contiguous(q), contiguous(k), contiguous(v), a.saved[3], a.grad(),
-                                    a.saved[4], dq, dk, dv);
+      // Gradients in their inputs' layouts: token-major heads flow back to the
+      // [B, T, H * Dh] projections as views.
+      Tensor dq = empty_heads(q, p.B, p.H, p.Tq, p.Dh), dk = empty_heads(k, p.B, p.H, p.Tk, p.Dh),
+             dv = empty_heads(v, p.B, p.H, p.Tk, p.Dv);
+      cpu::flash_attention_backward(s, unit_rows(q), unit_rows(k), unit_rows(v), a.saved[3], a.grad(), a.saved[4],
+                                    dq, dk, dv);
       return {a.needs(0) ? dq : Tensor(), a.needs(1) ? dk : Tensor(), a.needs(2) ? dv : Tensor()};
     });
   }

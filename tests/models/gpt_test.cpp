@@ -150,6 +150,45 @@ TEST(GPT, TrainsAndRoundTrips) {
   EXPECT_TRUE(copy.lm_head->weight.value().is_same(copy.wte->weight.value()));
 }
 
+// PyTorch golden (tools/goldens/gpt.py: nanoGPT written out in f64): the same
+// weights give the same logits, loss and gradients (the tied table's is the sum
+// of both uses), and AdamW with nanoGPT's decay groups gives the same losses.
+TEST(GPT, MatchesPyTorchNanoGPT) {
+  using testing::all_close;
+  using testing::golden_tensor;
+  const auto& j = testing::golden("models_gpt");
+  const auto& c = j.at("config");
+  Rngs rngs(0);
+  GPT gpt({.vocab_size = c.at("vocab_size").get<int64_t>(),
+           .block_size = c.at("block_size").get<int64_t>(),
+           .n_layer = c.at("n_layer").get<int64_t>(),
+           .n_head = c.at("n_head").get<int64_t>(),
+           .n_embd = c.at("n_embd").get<int64_t>()},
+          rngs);
+  gpt.to(kF64);
+  nn::StateDict state;
+  for (const auto& [k, v] : j.at("state").items()) state.insert(k, golden_tensor(v));
+  gpt.load_state_dict(state);
+  Tensor idx = golden_tensor(j.at("idx")), targets = golden_tensor(j.at("targets"));
+  EXPECT_TRUE(all_close(gpt.forward(idx), golden_tensor(j.at("logits")), 1e-10, 1e-12));
+  Tensor loss = gpt.loss(idx, targets);
+  EXPECT_NEAR(loss.item<double>(), j.at("loss").get<double>(), 1e-12);
+  loss.backward();
+  for (const auto& [name, p] : gpt.named_parameters()) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(all_close(p.grad(), golden_tensor(j.at("grads").at(name)), 1e-8, 1e-12));
+  }
+  gpt.zero_grad();
+  optim::AdamW opt(gpt.parameters(), {.lr = 1e-2, .beta2 = 0.99, .weight_decay = 0.1});
+  for (const auto& expected : j.at("adamw_losses")) {
+    Tensor l = gpt.loss(idx, targets);
+    l.backward();
+    opt.step();
+    opt.zero_grad();
+    EXPECT_NEAR(l.item<double>(), expected.get<double>(), 1e-10);
+  }
+}
+
 TEST(GPT, Errors) {
   Rngs rngs(0);
   EXPECT_KILN_ERROR(GPT({.n_head = 3}, rngs), "[GPT] n_embd 128 is not divisible by n_head 3");

@@ -301,18 +301,73 @@ TEST(LinalgKernel, IntegerValues) {
 }
 
 TEST(LinalgKernel, PrimitiveCacheHitsOnRepeatedShapes) {
-  Tensor a = random({19, 23}, 5), b = random({23, 29}, 6);
+  // Shapes above the small-product threshold (2^15 multiply-adds), which run on oneDNN.
+  Tensor a = random({67, 71}, 5), b = random({71, 73}, 6);
   matmul(a, b);
   cpu::MatmulCacheStats s0 = cpu::matmul_cache_stats();
   for (int i = 0; i < 5; ++i) matmul(a, b);
   cpu::MatmulCacheStats s1 = cpu::matmul_cache_stats();
   EXPECT_EQ(s1.hits - s0.hits, 5);
   EXPECT_EQ(s1.misses, s0.misses);
-  matmul(a, random({23, 31}, 7));  // a new shape: one miss
+  matmul(a, random({71, 79}, 7));  // a new shape: one miss
   EXPECT_EQ(cpu::matmul_cache_stats().misses, s1.misses + 1);
   // The cache is bounded.
-  for (int n = 1; n <= 140; ++n) matmul(random({2, 3}, 8), random({3, n}, 9));
+  for (int n = 1; n <= 140; ++n) matmul(random({40, 40}, 8), random({40, 30 + n}, 9));
   EXPECT_LE(cpu::matmul_cache_stats().size, 128);
+}
+
+TEST(LinalgKernel, SmallF32ProductsSkipOneDnnAndMatchReference) {
+  // f32 products of at most 2^15 multiply-adds without batch dims run on the
+  // small kernel: rows order (N >= 16, b packed unless its rows are
+  // contiguous), dots (N < 16, a rows and b columns contiguous, K >= 16), the
+  // transposed problem (N < 16, a columns contiguous, no bias), and rows with
+  // a packed b for everything else. Every layout pairing, with and without
+  // the epilogue; the actor-critic's shapes among them.
+  struct Mkn {
+    int64_t M, K, N;
+  };
+  const Mkn shapes[] = {{1, 4, 64},  {1, 64, 64}, {1, 64, 2},  {1, 64, 1},  {64, 4, 64}, {64, 64, 2},
+                        {64, 64, 1}, {64, 2, 64}, {2, 64, 64}, {64, 64, 4}, {3, 5, 7},   {5, 130, 17},
+                        {7, 3, 200}, {1, 1, 1},   {20, 33, 48}};
+  const Layout layouts[] = {Layout::contiguous, Layout::transposed, Layout::strided, Layout::padded};
+  uint64_t seed = 900;
+  for (const Mkn& d : shapes) {
+    ASSERT_LE(d.M * d.K * d.N, int64_t(1) << 15);
+    Tensor a0 = random({d.M, d.K}, ++seed), b0 = random({d.K, d.N}, ++seed);
+    Tensor bias = random({d.N}, ++seed), init = random({d.M, d.N}, ++seed);
+    for (Layout la : layouts) {
+      for (Layout lb : layouts) {
+        Tensor a = in_layout(a0, la), b = in_layout(b0, lb);
+        for (int variant = 0; variant < 3; ++variant) {
+          cpu::MatmulEpilogue ep;
+          if (variant == 1) ep.bias = &bias;
+          if (variant == 2) ep.alpha = 2.5, ep.beta = 0.5;
+          Tensor got = variant == 2 ? init.clone() : full({d.M, d.N}, 7.0);  // beta == 0 ignores old values
+          Tensor want = variant == 2 ? init.clone() : zeros({d.M, d.N});
+          cpu::matmul(a, b, got, ep);
+          EXPECT_EQ(cpu::last_matmul_impl(), "small");
+          cpu::ref::matmul(a, b, want, ep);
+          EXPECT_TRUE(close_for(kF32, got, want, d.K))
+              << d.M << "x" << d.K << "x" << d.N << " a " << layout_name(la) << " b " << layout_name(lb)
+              << " variant " << variant;
+        }
+      }
+    }
+  }
+  // Strided output (a column of a wider tensor) and a linear layer at batch 1.
+  Tensor wide = zeros({8, 6}), a = random({8, 5}, 1), b = random({5, 3}, 2), want = zeros({8, 3});
+  cpu::matmul(a, b, wide.slice(1, 0, 6, 2));
+  cpu::ref::matmul(a, b, want);
+  EXPECT_TRUE(close_for(kF32, wide.slice(1, 0, 6, 2), want, 5));
+  Tensor x = random({4}, 3), w = random({64, 4}, 4), bl = random({64}, 5);
+  EXPECT_TRUE(all_close(linear(x, w, bl), add(matmul(w, x), bl), 1e-5, 1e-5));
+  // Above the threshold, batched, or not f32: not the small kernel.
+  cpu::matmul(random({33, 32}, 6), random({32, 32}, 7), zeros({33, 32}));
+  EXPECT_NE(cpu::last_matmul_impl(), "small");
+  cpu::matmul(random({2, 3, 4}, 6), random({2, 4, 5}, 7), zeros({2, 3, 5}));
+  EXPECT_NE(cpu::last_matmul_impl(), "small");
+  cpu::matmul(random({3, 4}, 6, kBF16), random({4, 5}, 7, kBF16), zeros({3, 5}, {.dtype = kBF16}));
+  EXPECT_NE(cpu::last_matmul_impl(), "small");
 }
 
 TEST(LinalgKernel, ThreadCountFollowsKiln) {
@@ -385,6 +440,32 @@ TEST(LinalgGrad, Linear) {
   EXPECT_GRADCHECK([w](const std::vector<Tensor>& x) { return linear(x[0], w); }, {leaf({2, 4}, 2)});
   Tensor in = leaf({2, 4}, 3).detach();
   EXPECT_GRADCHECK([in](const std::vector<Tensor>& x) { return linear(in, x[0], x[1]); }, {leaf({3, 4}, 4), leaf({3}, 5)});
+}
+
+TEST(LinalgGrad, LinearBackwardKernelPathMatchesComposite) {
+  // Without create_graph linear's vjp calls the kernel on flattened views
+  // (contiguous g and x); with it, or a non-contiguous x, the composite ops.
+  // Both must give g @ W, g^T x and the row sums of g.
+  for (bool contiguous_x : {true, false}) {
+    for (bool create_graph : {false, true}) {
+      SCOPED_TRACE(fmt::format("contiguous_x {} create_graph {}", contiguous_x, create_graph));
+      Tensor x0 = random({2, 3, 5}, 1), w = random({4, 5}, 2).requires_grad_(), b = random({4}, 3).requires_grad_();
+      Tensor x = (contiguous_x ? x0 : in_layout(x0, Layout::transposed)).requires_grad_();
+      Tensor g = random({2, 3, 4}, 4);
+      auto grads = kiln::grad({linear(x, w, b)}, {x, w, b}, {g}, false, create_graph);
+      Tensor g2 = reshape(g, {6, 4}), x2 = reshape(x0, {6, 5});
+      NoGradGuard ng;
+      EXPECT_TRUE(all_close(grads[0], reshape(matmul(g2, w), {2, 3, 5}), 1e-5, 1e-5));
+      EXPECT_TRUE(all_close(grads[1], matmul(g2.t(), x2), 1e-5, 1e-5));
+      EXPECT_TRUE(all_close(grads[2], sum(g2, {0}), 1e-5, 1e-5));
+      EXPECT_EQ(grads[0].requires_grad(), create_graph);
+    }
+  }
+  // Zero rows: zero weight and bias gradients.
+  Tensor x = zeros({0, 5}).requires_grad_(), w = random({4, 5}, 5).requires_grad_(), b = zeros({4}).requires_grad_();
+  auto grads = kiln::grad({linear(x, w, b)}, {x, w, b}, {zeros({0, 4})});
+  EXPECT_TRUE(testing::equal(grads[1], zeros({4, 5})));
+  EXPECT_TRUE(testing::equal(grads[2], zeros({4})));
 }
 
 TEST(LinalgGrad, Addmm) {

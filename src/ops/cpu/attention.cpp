@@ -22,9 +22,11 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <vector>
 
+#include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
 #include "src/ops/cpu/vec_math.h"
 
@@ -111,26 +113,45 @@ void gemm(int64_t M, int64_t N, int64_t K, const A* a, int64_t sam, int64_t sak,
   }
 }
 
-// Rows [r, r + n) of a [rows, d] head copied into a [n, dp] buffer (zero padded
-// columns), times `mul`.
+// n rows of d elements (row r at src + r * ld) copied into a [n, dp] buffer
+// (zero padded columns), times `mul`.
 template <class A>
-void pack_rows(const A* src, int64_t d, int64_t n, int64_t dp, A mul, A* dst) {
+void pack_rows(const A* src, int64_t ld, int64_t d, int64_t n, int64_t dp, A mul, A* dst) {
   for (int64_t r = 0; r < n; ++r) {
-    const A* s = src + r * d;
+    const A* s = src + r * ld;
     A* o = dst + r * dp;
     for (int64_t c = 0; c < d; ++c) o[c] = s[c] * mul;
     for (int64_t c = d; c < dp; ++c) o[c] = A(0);
   }
 }
 
-// Keys [0, n) of a [n, d] block transposed into [d, ld] (columns n..np zero).
+// Keys [0, n) of a [n, d] block (key j at src + j * ls) transposed into
+// [d, ld] (columns n..np zero).
 template <class A>
-void pack_transposed(const A* src, int64_t d, int64_t n, int64_t np, int64_t ld, A* dst) {
+void pack_transposed(const A* src, int64_t ls, int64_t d, int64_t n, int64_t np, int64_t ld, A* dst) {
   for (int64_t c = 0; c < d; ++c) {
     A* o = dst + c * ld;
-    for (int64_t j = 0; j < n; ++j) o[j] = src[j * d + c];
+    for (int64_t j = 0; j < n; ++j) o[j] = src[j * ls + c];
     for (int64_t j = n; j < np; ++j) o[j] = A(0);
   }
+}
+
+// A [B, H, T, D] operand with unit stride along D and any other strides: head
+// (b, h) row t starts at p + b * sb + h * sh + t * st. The heads of a
+// [B, T, H * D] projection viewed as [B, H, T, D] (MultiheadAttention's
+// split_heads) are read in place this way, and the output can be written in
+// that layout, so no copy is made on either side.
+template <class A>
+struct Heads {
+  A* p = nullptr;
+  int64_t sb = 0, sh = 0, st = 0;
+  A* head(int64_t bh, int64_t H) const { return p + (bh / H) * sb + (bh % H) * sh; }
+};
+
+template <class A>
+Heads<A> heads_of(const Tensor& t) {
+  const Strides& st = t.strides();
+  return {static_cast<A*>(t.data_ptr()), st[0], st[1], st[2]};
 }
 
 // The mask of one (b, h): element (i, j) at base[i * si + j * sj].
@@ -169,7 +190,8 @@ void run_tasks(int64_t tasks, double work, int64_t scratch_per_worker, DType dty
 // Forward (NOTE [Flash attention tiling]).
 // ---------------------------------------------------------------------------
 template <class A>
-void forward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, A* out, A* lse) {
+void forward_impl(const AttentionShape& s, Heads<const A> q, Heads<const A> k, Heads<const A> v, Heads<A> out,
+                  A* lse) {
   const int64_t Tq = s.Tq, Tk = s.Tk, Dh = s.Dh, Dv = s.Dv, off = Tk - Tq;
   const int64_t Dvp = round_up<A>(Dv);
   const int64_t nqb = (Tq + kBq - 1) / kBq;
@@ -182,29 +204,29 @@ void forward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, A
     A* l = m + kBq;
     const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb;  // longest (causal) blocks first
     const int64_t i0 = qb * kBq, nr = std::min(kBq, Tq - i0);
-    const A* qh = q + (bh * Tq + i0) * Dh;
-    const A* kh = k + bh * Tk * Dh;
-    const A* vh = v + bh * Tk * Dv;
+    const A* qh = q.head(bh, s.H) + i0 * q.st;
+    const A* kh = k.head(bh, s.H);
+    const A* vh = v.head(bh, s.H);
     const MaskView mk = mask_for(s, bh / s.H, bh % s.H);
 
     // Scores are computed transposed, St [keys, kRows query rows] = K Qt, so
     // K is read in place and every softmax step is a vector over query rows.
     std::fill(Qt, Qt + Dh * kBq, A(0));
     for (int64_t r = 0; r < nr; ++r)
-      for (int64_t d = 0; d < Dh; ++d) Qt[d * kBq + r] = qh[r * Dh + d] * scale;
+      for (int64_t d = 0; d < Dh; ++d) Qt[d * kBq + r] = qh[r * q.st + d] * scale;
     std::fill(O, O + kBq * Dvp, A(0));
     std::fill(m, m + kBq, ninf);
     std::fill(l, l + kBq, A(0));
     const int64_t kend = s.causal ? std::clamp<int64_t>(i0 + nr + off, 0, Tk) : Tk;
     for (int64_t k0 = 0; k0 < kend; k0 += kBk) {
       const int64_t kn = std::min(kBk, kend - k0);
-      pack_rows(vh + k0 * Dv, Dv, kn, Dvp, A(1), Vb);
+      pack_rows(vh + k0 * v.st, v.st, Dv, kn, Dvp, A(1), Vb);
       for (int64_t r0 = 0; r0 < nr; r0 += kRows) {
         const int64_t rn = std::min(kRows, nr - r0);
         // Keys this tile's last row may see.
         const int64_t cols = s.causal ? std::min(kn, i0 + r0 + rn + off - k0) : kn;
         if (cols <= 0) continue;
-        gemm<A, false>(cols, kRows, Dh, kh + k0 * Dh, Dh, 1, Qt + r0, kBq, St, kRows);
+        gemm<A, false>(cols, kRows, Dh, kh + k0 * k.st, k.st, 1, Qt + r0, kBq, St, kRows);
         A tmax[kRows], shift[kRows], alpha[kRows], sum[kRows];
         std::fill(tmax, tmax + kRows, ninf);
         std::fill(sum, sum + kRows, A(0));
@@ -251,15 +273,15 @@ void forward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, A
         gemm<A, true>(rn, Dvp, cols, St, 1, kRows, Vb, Dvp, O + r0 * Dvp, Dvp);
       }
     }
-    A* oh = out + (bh * Tq + i0) * Dv;
+    A* oh = out.head(bh, s.H) + i0 * out.st;
     A* lh = lse + bh * Tq + i0;
     for (int64_t r = 0; r < nr; ++r) {
       if (l[r] > A(0)) {
         const A inv = A(1) / l[r];
-        for (int64_t c = 0; c < Dv; ++c) oh[r * Dv + c] = O[r * Dvp + c] * inv;
+        for (int64_t c = 0; c < Dv; ++c) oh[r * out.st + c] = O[r * Dvp + c] * inv;
         lh[r] = m[r] + std::log(l[r]);
       } else {  // fully masked row: zero output, and exp(s - lse) = 0 in backward
-        std::fill(oh + r * Dv, oh + (r + 1) * Dv, A(0));
+        std::fill(oh + r * out.st, oh + r * out.st + Dv, A(0));
         lh[r] = std::numeric_limits<A>::infinity();
       }
     }
@@ -271,8 +293,8 @@ void forward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, A
 //   dV = P^T dO, dP = dO V^T, dS = P * (dP - Di), dQ = scale dS K, dK = scale dS^T Q.
 // ---------------------------------------------------------------------------
 template <class A>
-void backward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, const A* out, const Tensor& dout,
-                   const A* lse, A* dq, A* dk, A* dv) {
+void backward_impl(const AttentionShape& s, Heads<const A> q, Heads<const A> k, Heads<const A> v,
+                   Heads<const A> out, const Tensor& dout, const A* lse, Heads<A> dq, Heads<A> dk, Heads<A> dv) {
   // dout may be strided (sum's gradient is an expanded scalar): read in place.
   const A* gp = dout.data<A>();
   const Strides& gs = dout.strides();
@@ -289,34 +311,38 @@ void backward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, 
     A *Qp = ws, *dOp = Qp + Tq * Dhp, *Kp = dOp + Tq * Dvp, *dQa = Kp + Tkp * Dhp, *Di = dQa + Tq * Dhp;
     A *Kt = Di + Tq, *Vt = Kt + Dh * kBk, *S = Vt + Dv * kBk, *dP = S + kRows * kBk, *dKa = dP + kRows * kBk;
     A* dVa = dKa + kBk * Dhp;
-    const A* qh = q + bh * Tq * Dh;
-    const A* kh = k + bh * Tk * Dh;
-    const A* vh = v + bh * Tk * Dv;
-    const A* oh = out + bh * Tq * Dv;
+    const A* qh = q.head(bh, s.H);
+    const A* kh = k.head(bh, s.H);
+    const A* vh = v.head(bh, s.H);
+    const A* oh = out.head(bh, s.H);
     const A* gh = gp + (bh / s.H) * gs[0] + (bh % s.H) * gs[1];
     const A* L = lse + bh * Tq;
     const MaskView mk = mask_for(s, bh / s.H, bh % s.H);
 
-    pack_rows(qh, Dh, Tq, Dhp, scale, Qp);  // dK = dS^T (scale q) needs no extra scaling
-    for (int64_t i = 0; i < Tq; ++i) {
-      A* o = dOp + i * Dvp;
-      for (int64_t c = 0; c < Dv; ++c) o[c] = gh[i * gs[2] + c * gs[3]];
-      for (int64_t c = Dv; c < Dvp; ++c) o[c] = A(0);
+    pack_rows(qh, q.st, Dh, Tq, Dhp, scale, Qp);  // dK = dS^T (scale q) needs no extra scaling
+    if (gs[3] == 1) {  // rows of unit stride (the usual case): a plain copy, not a gather
+      pack_rows(gh, gs[2], Dv, Tq, Dvp, A(1), dOp);
+    } else {
+      for (int64_t i = 0; i < Tq; ++i) {
+        A* o = dOp + i * Dvp;
+        for (int64_t c = 0; c < Dv; ++c) o[c] = gh[i * gs[2] + c * gs[3]];
+        for (int64_t c = Dv; c < Dvp; ++c) o[c] = A(0);
+      }
     }
-    pack_rows(kh, Dh, Tk, Dhp, A(1), Kp);
+    pack_rows(kh, k.st, Dh, Tk, Dhp, A(1), Kp);
     std::fill(Kp + Tk * Dhp, Kp + Tkp * Dhp, A(0));
     std::fill(dQa, dQa + Tq * Dhp, A(0));
     for (int64_t i = 0; i < Tq; ++i) {
       A d = 0;
 #pragma omp simd reduction(+ : d)
-      for (int64_t c = 0; c < Dv; ++c) d += dOp[i * Dvp + c] * oh[i * Dv + c];
+      for (int64_t c = 0; c < Dv; ++c) d += dOp[i * Dvp + c] * oh[i * out.st + c];
       Di[i] = d;
     }
 
     for (int64_t k0 = 0; k0 < Tk; k0 += kBk) {
       const int64_t kn = std::min(kBk, Tk - k0), knp = round_up<A>(kn);
-      pack_transposed(kh + k0 * Dh, Dh, kn, knp, kBk, Kt);
-      pack_transposed(vh + k0 * Dv, Dv, kn, knp, kBk, Vt);
+      pack_transposed(kh + k0 * k.st, k.st, Dh, kn, knp, kBk, Kt);
+      pack_transposed(vh + k0 * v.st, v.st, Dv, kn, knp, kBk, Vt);
       std::fill(dKa, dKa + knp * Dhp, A(0));
       std::fill(dVa, dVa + knp * Dvp, A(0));
       // Causal: query i sees key k0 only when i + off >= k0.
@@ -352,17 +378,25 @@ void backward_impl(const AttentionShape& s, const A* q, const A* k, const A* v, 
         gemm<A, true>(cols, Dhp, rn, dP, 1, kBk, Qp + r0 * Dhp, Dhp, dKa, Dhp);
         gemm<A, true>(rn, Dhp, cols, dP, kBk, 1, Kp + k0 * Dhp, Dhp, dQa + r0 * Dhp, Dhp);
       }
-      A* dkh = dk + (bh * Tk + k0) * Dh;
-      A* dvh = dv + (bh * Tk + k0) * Dv;
+      A* dkh = dk.head(bh, s.H) + k0 * dk.st;
+      A* dvh = dv.head(bh, s.H) + k0 * dv.st;
       for (int64_t j = 0; j < kn; ++j) {
-        std::memcpy(dkh + j * Dh, dKa + j * Dhp, size_t(Dh) * sizeof(A));
-        std::memcpy(dvh + j * Dv, dVa + j * Dvp, size_t(Dv) * sizeof(A));
+        std::memcpy(dkh + j * dk.st, dKa + j * Dhp, size_t(Dh) * sizeof(A));
+        std::memcpy(dvh + j * dv.st, dVa + j * Dvp, size_t(Dv) * sizeof(A));
       }
     }
-    A* dqh = dq + bh * Tq * Dh;
+    A* dqh = dq.head(bh, s.H);
     for (int64_t i = 0; i < Tq; ++i)
-      for (int64_t c = 0; c < Dh; ++c) dqh[i * Dh + c] = dQa[i * Dhp + c] * scale;
+      for (int64_t c = 0; c < Dh; ++c) dqh[i * dq.st + c] = dQa[i * Dhp + c] * scale;
   });
+}
+
+// The fast kernels read and write [B, H, T, D] operands through Heads: D must
+// have unit stride (the op copies an operand that does not).
+void check_rows(const char* op, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    KILN_CHECK(t->dim() == 4 && (t->size(3) <= 1 || t->strides()[3] == 1), op,
+               "operand {} must be 4-D with unit stride along its last dim", to_string(t->shape()));
 }
 
 template <class F>
@@ -378,7 +412,9 @@ void flash_attention_forward(const AttentionShape& s, const Tensor& q, const Ten
                              const Tensor& out, const Tensor& lse) {
   dispatch_float("flash_attention", q.dtype(), [&](auto tag) {
     using A = decltype(tag);
-    forward_impl<A>(s, q.data<A>(), k.data<A>(), v.data<A>(), out.data<A>(), lse.data<A>());
+    check_rows("flash_attention", {&q, &k, &v, &out});
+    forward_impl<A>(s, heads_of<const A>(q), heads_of<const A>(k), heads_of<const A>(v), heads_of<A>(out),
+                    lse.data<A>());
   });
 }
 
@@ -387,8 +423,9 @@ void flash_attention_backward(const AttentionShape& s, const Tensor& q, const Te
                               const Tensor& dk, const Tensor& dv) {
   dispatch_float("flash_attention_backward", q.dtype(), [&](auto tag) {
     using A = decltype(tag);
-    backward_impl<A>(s, q.data<A>(), k.data<A>(), v.data<A>(), out.data<A>(), dout, lse.data<A>(), dq.data<A>(),
-                     dk.data<A>(), dv.data<A>());
+    check_rows("flash_attention_backward", {&q, &k, &v, &out, &dq, &dk, &dv});
+    backward_impl<A>(s, heads_of<const A>(q), heads_of<const A>(k), heads_of<const A>(v), heads_of<const A>(out),
+                     dout, lse.data<A>(), heads_of<A>(dq), heads_of<A>(dk), heads_of<A>(dv));
   });
 }
 

@@ -21,8 +21,10 @@ struct AttentionShape {
   Tensor mask{};
 };
 
-/// The flash forward. q [B,H,Tq,Dh], k [B,H,Tk,Dh], v [B,H,Tk,Dv] contiguous,
-/// f32 or f64; writes out [B,H,Tq,Dv] and lse [B,H,Tq] (contiguous, same dtype).
+/// The flash forward. q [B,H,Tq,Dh], k [B,H,Tk,Dh], v [B,H,Tk,Dv], f32 or f64,
+/// each with unit stride along its last dim and any other strides (the heads of
+/// a [B, T, H * D] projection are read in place); writes out [B,H,Tq,Dv] (any
+/// strides with a unit last one) and lse [B,H,Tq] (contiguous, same dtype).
 /// lse is the row's logsumexp of the scaled, masked scores, +inf for a row
 /// with no allowed key (so that exp(s - lse) is 0 there in backward); such a
 /// row's output is 0.
@@ -30,16 +32,16 @@ void flash_attention_forward(const AttentionShape& s, const Tensor& q, const Ten
                              const Tensor& out, const Tensor& lse);
 
 /// The flash backward: from the forward's inputs, out, lse and the output
-/// gradient dout [B,H,Tq,Dv] (one dtype; all contiguous except dout, which
-/// may have any strides, 0 included), writes dq, dk, dv (contiguous, shapes
-/// of q, k, v).
+/// gradient dout [B,H,Tq,Dv] (one dtype; q, k, v, out as in the forward; dout
+/// may have any strides, 0 included), writes dq, dk, dv (shapes of q, k, v,
+/// any strides with a unit last one).
 void flash_attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& out, const Tensor& dout, const Tensor& lse, const Tensor& dq,
                               const Tensor& dk, const Tensor& dv);
 
 namespace ref {
 // Plain loops in f64, one query row at a time with its whole score row
-// materialised (same contracts as above).
+// materialised (same contracts as above, but every operand except dout contiguous).
 void flash_attention_forward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse);
 void flash_attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,

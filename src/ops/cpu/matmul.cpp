@@ -5,6 +5,10 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
 #include <array>
 #include <bit>
 #include <cstring>
@@ -163,6 +167,184 @@ void run_plain(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor
 }
 
 // ---------------------------------------------------------------------------
+// Small f32 products. Below kSmallMacs multiply-adds oneDNN's per-call cost
+// (cache lookup, argument setup, JIT dispatch: ~1-2 us) exceeds the
+// arithmetic: the layers of RL policies ([1, 4] @ [4, 64], [64, 64] @ [64, 2],
+// ...) and their gradients. These run here, single-threaded, in one of three
+// loop orders chosen so the innermost loop is long and unit-stride:
+//   dots   out[m, n]  = a[m, :] . b[:, n]   (a rows and b columns contiguous,
+//                                            and M <= 4 or N small with K long)
+//   the transposed problem out^T = b^T a^T by rows (N small, a columns contiguous, no bias)
+//   rows   out[m, :] += a[m, k] * b[k, :]   (otherwise; b packed row-major unless its rows are contiguous)
+// ---------------------------------------------------------------------------
+
+constexpr int64_t kSmallMacs = int64_t(1) << 15;
+constexpr int64_t kSmallMaxN = 1024;  // row accumulators live on the stack
+constexpr int64_t kLong = 16;         // one AVX-512 vector of f32
+
+struct SmallArgs {
+  int64_t M, K, N;
+  const float* a;
+  int64_t a_sm, a_sk;
+  const float* b;  // row-major [K, N] with leading stride ldb
+  int64_t ldb;
+  float* o;
+  int64_t o_sm, o_sn;
+  const float* bias;  // indexed by n, or null
+  int64_t bias_stride;
+  float alpha, beta;
+};
+
+inline float small_epilogue(const SmallArgs& p, float acc, int64_t m, int64_t n) {
+  float v = p.alpha * acc;
+  if (p.bias) v += p.bias[n * p.bias_stride];
+  float& dst = p.o[m * p.o_sm + n * p.o_sn];
+  if (p.beta != 0.0f) v += p.beta * dst;  // beta == 0 ignores old values (NaN included)
+  return dst = v, v;
+}
+
+// rows: a block of up to 64 columns (4 vectors) accumulated over k in registers.
+template <bool kFull>
+inline void small_rows_block(const SmallArgs& p, int64_t m, int64_t n0, int64_t nb) {
+  float acc[64] = {};
+  const float* arow = p.a + m * p.a_sm;
+  for (int64_t k = 0; k < p.K; ++k) {
+    const float av = arow[k * p.a_sk];
+    const float* brow = p.b + k * p.ldb + n0;
+    if constexpr (kFull) {
+#pragma omp simd
+      for (int64_t j = 0; j < 64; ++j) acc[j] += av * brow[j];
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < nb; ++j) acc[j] += av * brow[j];
+    }
+  }
+  float* dst = p.o + m * p.o_sm + n0 * p.o_sn;
+  const float* bias = p.bias ? p.bias + n0 * p.bias_stride : nullptr;
+  if (p.o_sn == 1 && (!bias || p.bias_stride == 1) && p.beta == 0.0f) {  // the usual case, vectorized
+    if (bias) {
+#pragma omp simd
+      for (int64_t j = 0; j < nb; ++j) dst[j] = p.alpha * acc[j] + bias[j];
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < nb; ++j) dst[j] = p.alpha * acc[j];
+    }
+    return;
+  }
+  for (int64_t j = 0; j < nb; ++j) small_epilogue(p, acc[j], m, n0 + j);
+}
+
+void small_rows(const SmallArgs& p) {
+  for (int64_t m = 0; m < p.M; ++m) {
+    int64_t n0 = 0;
+    for (; n0 + 64 <= p.N; n0 += 64) small_rows_block<true>(p, m, n0, 64);
+    if (n0 < p.N) small_rows_block<false>(p, m, n0, p.N - n0);
+  }
+}
+
+// dots: b is [K, N] column-major here (b[k, n] at k + n * ldb), a rows unit-stride.
+#ifdef __AVX512F__
+// Four columns at a time: a's chunk loaded once, four independent FMA chains,
+// one shuffle-tree horizontal sum per column (GCC's `omp simd reduction`
+// ends in 16 dependent scalar adds, which dominated a batch-1 layer).
+void small_dots(const SmallArgs& p) {
+  const int64_t K = p.K, tail = K % 16;
+  const __mmask16 tm = __mmask16((1u << tail) - 1);
+  for (int64_t m = 0; m < p.M; ++m) {
+    const float* arow = p.a + m * p.a_sm;
+    int64_t n = 0;
+    for (; n + 4 <= p.N; n += 4) {
+      const float* b0 = p.b + n * p.ldb;
+      const float *b1 = b0 + p.ldb, *b2 = b1 + p.ldb, *b3 = b2 + p.ldb;
+      __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+      int64_t k = 0;
+      for (; k + 16 <= K; k += 16) {
+        __m512 av = _mm512_loadu_ps(arow + k);
+        s0 = _mm512_fmadd_ps(av, _mm512_loadu_ps(b0 + k), s0);
+        s1 = _mm512_fmadd_ps(av, _mm512_loadu_ps(b1 + k), s1);
+        s2 = _mm512_fmadd_ps(av, _mm512_loadu_ps(b2 + k), s2);
+        s3 = _mm512_fmadd_ps(av, _mm512_loadu_ps(b3 + k), s3);
+      }
+      if (tail) {
+        __m512 av = _mm512_maskz_loadu_ps(tm, arow + k);
+        s0 = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(tm, b0 + k), s0);
+        s1 = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(tm, b1 + k), s1);
+        s2 = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(tm, b2 + k), s2);
+        s3 = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(tm, b3 + k), s3);
+      }
+      small_epilogue(p, _mm512_reduce_add_ps(s0), m, n);
+      small_epilogue(p, _mm512_reduce_add_ps(s1), m, n + 1);
+      small_epilogue(p, _mm512_reduce_add_ps(s2), m, n + 2);
+      small_epilogue(p, _mm512_reduce_add_ps(s3), m, n + 3);
+    }
+    for (; n < p.N; ++n) {
+      const float* bcol = p.b + n * p.ldb;
+      __m512 s0 = _mm512_setzero_ps();
+      int64_t k = 0;
+      for (; k + 16 <= K; k += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(arow + k), _mm512_loadu_ps(bcol + k), s0);
+      if (tail) s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tm, arow + k), _mm512_maskz_loadu_ps(tm, bcol + k), s0);
+      small_epilogue(p, _mm512_reduce_add_ps(s0), m, n);
+    }
+  }
+}
+#else
+void small_dots(const SmallArgs& p) {
+  for (int64_t m = 0; m < p.M; ++m) {
+    const float* arow = p.a + m * p.a_sm;
+    for (int64_t n = 0; n < p.N; ++n) {
+      const float* bcol = p.b + n * p.ldb;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t k = 0; k < p.K; ++k) s += arow[k] * bcol[k];
+      small_epilogue(p, s, m, n);
+    }
+  }
+}
+#endif
+
+bool small_eligible(const Geometry& g, DType dt) {
+  return dt == kF32 && g.batch.empty() && g.N <= kSmallMaxN && g.M <= kSmallMaxN &&
+         g.M * g.N * g.K <= kSmallMacs;
+}
+
+void run_small(const Geometry& g, const Tensor& a, const Tensor& b, const Tensor& out, const MatmulEpilogue& ep) {
+  SmallArgs p{g.M, g.K, g.N, static_cast<const float*>(a.data_ptr()), g.a_sm, g.a_sk,
+              static_cast<const float*>(b.data_ptr()), 0, static_cast<float*>(out.data_ptr()), g.o_sm, g.o_sn,
+              ep.bias ? static_cast<const float*>(ep.bias->data_ptr()) : nullptr,
+              ep.bias ? ep.bias->strides()[0] : 0, ep.alpha.to<float>(), ep.beta.to<float>()};
+  const bool dots_fit = g.a_sk == 1 && g.b_sk == 1;
+  if (dots_fit && g.b_sn != 1 && (g.M <= 4 || (g.N < kLong && g.K >= kLong))) {
+    // A few rows against b's contiguous columns (a layer's transposed weight
+    // at batch 1: packing b would cost as much as the product), or few
+    // columns with a long inner dim.
+    p.ldb = g.b_sn;
+    small_dots(p);
+    return;
+  }
+  if (g.N < kLong && !ep.bias && g.a_sm == 1 && g.M >= kLong) {
+    // out^T [N, M] = b^T [N, K] @ a^T [K, M]: a^T's rows are contiguous.
+    SmallArgs t = p;
+    t.M = g.N, t.N = g.M;
+    t.a = p.b, t.a_sm = g.b_sn, t.a_sk = g.b_sk;
+    t.b = p.a, t.ldb = g.a_sk;
+    t.o_sm = g.o_sn, t.o_sn = g.o_sm;
+    small_rows(t);
+    return;
+  }
+  if (g.b_sn == 1) {
+    p.ldb = g.b_sk;
+  } else {
+    thread_local std::vector<float> pack;  // grows to the largest b seen, then reused (no steady-state malloc)
+    if (pack.size() < size_t(g.K * g.N)) pack.resize(size_t(g.K * g.N));
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t k = 0; k < g.K; ++k) pack[size_t(k * g.N + n)] = p.b[k * g.b_sk + n * g.b_sn];
+    p.b = pack.data();
+    p.ldb = g.N;
+  }
+  small_rows(p);
+}
+
+// ---------------------------------------------------------------------------
 // oneDNN. One engine and one stream for the process (CPU streams execute in
 // the calling thread); primitives live in a per-thread LRU keyed by the whole
 // canonical geometry, so a repeated shape skips primitive creation (tens of
@@ -215,6 +397,7 @@ using PrimitiveCache = dnnl_common::LruCache<Key, Entry, KeyHash>;
 
 // Per-thread state, reached through one thread_local lookup per call.
 struct ThreadState {
+  ThreadState() { last_impl.reserve(64); }  // alternating small and oneDNN calls reuse this buffer
   PrimitiveCache cache{128};
   std::string last_impl = "none";
 };
@@ -367,6 +550,11 @@ void matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out_in, const 
   if (!dnnl_dtype || g.K == 0 || int64_t(g.batch.size()) + 2 > kMaxDnnlDims) {
     state().last_impl = "plain";
     run_plain(g, a_in, b_in, out_in, ep);
+    return;
+  }
+  if (small_eligible(g, dt)) {
+    state().last_impl = "small";
+    run_small(g, a_in, b_in, out_in, ep);
     return;
   }
 

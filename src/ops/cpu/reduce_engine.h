@@ -12,7 +12,8 @@
 // NOTE [Deterministic reduction tree]
 // An output's reduced range [0, R) is cut into leaves of a fixed size (a
 // function of R and the layout only); each leaf is folded with the lanes,
-// and leaves are merged by a balanced pairwise tree. The thread count only
+// and leaves are merged by a balanced pairwise tree (a single contiguous
+// range of at most kShortRun elements is folded in order instead). The thread count only
 // decides who computes which leaves (whole outputs in parallel, or the leaves
 // of a few big outputs in parallel), never the tree, so results are
 // bit-identical for any set_num_threads. The pairwise tree also keeps f32
@@ -32,6 +33,8 @@ namespace kiln::cpu::reduce_detail {
 inline constexpr int kMaxDims = 16;
 /// Input elements per leaf of the reduction tree.
 inline constexpr int64_t kLeafElems = 4096;
+/// Contiguous reduced ranges up to this length fold sequentially (no lanes).
+inline constexpr int64_t kShortRun = 16;
 /// Input elements below which a reduction runs on one thread.
 inline constexpr int64_t kGrainElems = 32768;
 
@@ -180,7 +183,17 @@ void run_layout(const Layout& L0, const typename Op::In* xp, typename Op::Out* o
     const int64_t n0 = L.rsize[size_t(L.nr - 1)];
     const int64_t leaf_len = kLeafElems;
     const int64_t n_leaves = (R + leaf_len - 1) / leaf_len;
+    // A short contiguous range ([64, 2] -> [64] in a policy's entropy) folds
+    // straight into one accumulator: setting up and merging kLanes lanes
+    // costs ~10x the few steps. Still a function of R and the layout only.
+    const bool short_run = L.nr == 1 && R <= kShortRun;
     auto leaf = [&](const In* base, int64_t i, Acc* acc) {
+      if (short_run) {
+        Acc a = op.init();
+        for (int64_t k = 0; k < R; ++k) a = op.step(a, base[k]);
+        acc[0] = a;
+        return;
+      }
       int64_t lo = i * leaf_len, hi = std::min(R, lo + leaf_len);
       Acc lane[kLanes<Acc>];
       for (auto& a : lane) a = op.init();

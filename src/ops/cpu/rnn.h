@@ -18,6 +18,20 @@ void lstm_cell(const Tensor& gates, const Tensor& c, const Tensor& h_out, const 
 void lstm_cell_backward(const Tensor& gates, const Tensor& c, const Tensor& c_new, const Tensor& gh,
                         const Tensor& gc, const Tensor& g_gates, const Tensor& g_c);
 
+/// lstm_cell for training (lstm_sequence): the same h_out, c_out, and it
+/// keeps what backward needs so that backward computes no transcendentals:
+/// gates [B, 4H] is overwritten with the activations (sigmoid(i),
+/// sigmoid(f), tanh(g), sigmoid(o)) and tc_out [B, H] = tanh(c_out).
+void lstm_cell_train(const Tensor& gates, const Tensor& c, const Tensor& h_out, const Tensor& c_out,
+                     const Tensor& tc_out);
+/// Backward of lstm_cell_train from its saved activations acts [B, 4H], the
+/// previous cell state c [B, H] and tc = tanh(c_new) [B, H]. dh [B, H] is the
+/// gradient of h_out; dc [B, H] holds the gradient of c_out on entry and that
+/// of c on exit (= (dc + dh o (1 - tc^2)) f); g_gates [B, 4H] gets the
+/// gradient of the pre-activations (lstm_cell_backward's formulas).
+void lstm_cell_backward_acts(const Tensor& acts, const Tensor& c, const Tensor& tc, const Tensor& dh,
+                             const Tensor& dc, const Tensor& g_gates);
+
 /// gi, gh [B, 3H] (r, z, n), h [B, H] -> h_out [B, H].
 void gru_cell(const Tensor& gi, const Tensor& gh, const Tensor& h, const Tensor& h_out);
 /// Backward of gru_cell for upstream g [B, H]; with dn = g (1 - z) (1 - n^2),
