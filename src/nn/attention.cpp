@@ -145,8 +145,9 @@ AttentionOutput MultiheadAttention::run(const Tensor& query_in, const Tensor& ke
   }
   if (call.additive_mask.defined()) {
     // With a compute dtype any floating mask is cast to it (below).
-    KILN_CHECK(call.additive_mask.dtype() == dt || (compute_dtype() && is_floating(call.additive_mask.dtype())), kMha, "additive_mask {} {} must have the layer's dtype {}",
-               to_string(call.additive_mask.shape()), name(call.additive_mask.dtype()), name(dt));
+    KILN_CHECK(call.additive_mask.dtype() == dt || (compute_dtype() && is_floating(call.additive_mask.dtype())),
+               kMha, "additive_mask {} {} must have the layer's dtype {}", to_string(call.additive_mask.shape()),
+               name(call.additive_mask.dtype()), name(dt));
     KILN_CHECK(broadcasts_to(call.additive_mask, full), kMha,
                "additive_mask {} does not broadcast to [B, num_heads, Tq, Tk] = {}",
                to_string(call.additive_mask.shape()), to_string(full));
