@@ -5,7 +5,7 @@ pad 1)-ReLU-MaxPool2d(2)-Conv2d(32->64, 3x3, pad 1)-ReLU-MaxPool2d(2)-Flatten
 per call (forward, loss, backward, optimizer step, zero grad)."""
 import torch
 
-from torch_util import MemoryProbe, run_workload
+from torch_util import MemoryProbe, run_workload, update
 
 
 def cnn_b64_model():
@@ -35,10 +35,7 @@ def _cnn(batch):
         loss_fn = torch.nn.functional.cross_entropy
 
         def step():
-            loss = loss_fn(net(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            update(loss_fn(net(x), y), opt)
 
         run_workload(name, reps, step, mem, unit="samples/s", items_per_step=batch,
                      flops_per_step=batch * cnn_flops_per_sample())

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_util import MemoryProbe, run_workload
+from torch_util import MemoryProbe, run_workload, update
 
 VOCAB, BLOCK, LAYERS, HEADS, EMBD = 65, 64, 4, 4, 128
 
@@ -114,10 +114,7 @@ def _gpt(batch, context):
         targets = torch.randint(0, VOCAB, (batch, context), generator=g)
 
         def step():
-            loss = model(idx, targets)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            update(model(idx, targets), opt)
 
         run_workload(name, reps, step, mem, unit="tokens/s", items_per_step=batch * context,
                      flops_per_step=gpt_step_flops(batch, context))

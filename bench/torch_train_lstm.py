@@ -4,7 +4,7 @@ against a randn target [32, 64, 1], Adam (lr 1e-3); one full training step per
 call (forward, loss, backward, optimizer step, zero grad)."""
 import torch
 
-from torch_util import MemoryProbe, run_workload
+from torch_util import MemoryProbe, run_workload, update
 
 B, T, I, H = 32, 64, 64, 256
 
@@ -21,10 +21,7 @@ def _lstm(name, reps):
     loss_fn = torch.nn.functional.mse_loss
 
     def step():
-        loss = loss_fn(head(lstm(x)[0]), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        update(loss_fn(head(lstm(x)[0]), y), opt)
 
     # bench/bench.h's convention (see train_lstm_bench.cpp): forward, weight
     # grads, input grads of the recurrent GEMM and the head, none for x.

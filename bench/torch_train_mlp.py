@@ -3,7 +3,7 @@ cross-entropy, Adam (lr 1e-3); one full training step per call (forward,
 loss, backward, optimizer step, zero grad) on a fixed synthetic batch."""
 import torch
 
-from torch_util import MemoryProbe, run_workload
+from torch_util import MemoryProbe, run_workload, update
 
 
 def _mlp(batch):
@@ -19,10 +19,7 @@ def _mlp(batch):
         loss_fn = torch.nn.functional.cross_entropy
 
         def step():
-            loss = loss_fn(net(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            update(loss_fn(net(x), y), opt)
 
         flops = 2.0 * batch * (2 * (784 * 256 + 256 * 256 + 256 * 10) + 256 * 256 + 256 * 10)
         run_workload(name, reps, step, mem, unit="samples/s", items_per_step=batch, flops_per_step=flops)

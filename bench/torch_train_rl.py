@@ -6,7 +6,7 @@ ppo_update_b64: one PPO update per call on a fixed synthetic batch of 64
 batch 1 under torch.no_grad()."""
 import torch
 
-from torch_util import MemoryProbe, run_workload
+from torch_util import MemoryProbe, run_workload, update
 
 
 class ActorCritic(torch.nn.Module):
@@ -47,10 +47,7 @@ def _ppo(batch):
             ratio = torch.exp(logp - old_logp)
             surr = torch.minimum(ratio * adv, torch.clamp(ratio, 0.8, 1.2) * adv)
             entropy = (-(logp_all.exp() * logp_all).sum(-1)).mean()
-            loss = -surr.mean() + 0.5 * F.mse_loss(value, returns) - 0.01 * entropy
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            update(-surr.mean() + 0.5 * F.mse_loss(value, returns) - 0.01 * entropy, opt)
 
         flops = 2 * _forward_flops(batch) + 2.0 * batch * (64 * 64 + 64 * 2 + 64 * 1)
         run_workload(name, reps, step, mem, unit="steps/s", items_per_step=1, flops_per_step=flops)

@@ -58,6 +58,13 @@ def _status_kb(key):
         return int(re.search(key + r":\s+(\d+)", f.read()).group(1))
 
 
+def update(loss, opt):
+    """The tail of every training workload's step (kiln: train::update)."""
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def run_workload(name, reps, step, mem, unit="samples/s", items_per_step=0, flops_per_step=0):
     """bench/bench.h's run_workload: times one full step, emits throughput
     (or time in us/call), gflops, peak_mem and peak_rss."""

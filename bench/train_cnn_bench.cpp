@@ -42,10 +42,7 @@ void cnn_step_bench(const std::string& name, int64_t batch) {
              .items_per_step = double(batch),
              .flops_per_step = double(batch) * cnn_flops_per_sample()};
   run_workload(name, w, mem, [&] {
-    Tensor loss = cross_entropy(net.forward(x), y);
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
+    train::update(cross_entropy(net.forward(x), y), opt);
   });
 }
 
@@ -68,9 +65,7 @@ struct CnnBf16Run {
   }
   double step() {
     kiln::Tensor loss = kiln::cross_entropy(kiln::to(net.forward(x), kiln::kF32), y);
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
+    kiln::train::update(loss, opt);
     return loss.item<float>();
   }
 };

@@ -51,10 +51,7 @@ void gpt_step_bench(const std::string& name, const GptBench& b) {
                    .items_per_step = double(b.batch * b.context),
                    .flops_per_step = gpt_step_flops(cfg, b.batch, b.context)};
   run_workload(name, w, mem, [&] {
-    Tensor loss = gpt.loss(idx, targets);
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
+    train::update(gpt.loss(idx, targets), opt);
   });
 }
 
@@ -78,9 +75,7 @@ void gpt_loss_rel_diff(const std::string& name) {
     Tensor targets = randint(0, cfg.vocab_size, {kGptBf16.batch, kGptBf16.context}, gen);
     for (int s = 0; s < 50; ++s) {
       Tensor l = gpt.loss(idx, targets);
-      l.backward();
-      opt.step();
-      opt.zero_grad();
+      train::update(l, opt);
       loss[bf16] = l.item<float>();
     }
   }

@@ -29,10 +29,7 @@ void lstm_step_bench(const std::string& name) {
   const double BT = double(B * T);
   double flops = 2.0 * BT * (2 * I * 4 * H + 3 * H * 4 * H + 3 * H);
   run_workload(name, {.unit = "sequences/s", .items_per_step = double(B), .flops_per_step = flops}, mem, [&] {
-    Tensor loss = mse_loss(head.forward(lstm.forward(x).output), y);
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
+    train::update(mse_loss(head.forward(lstm.forward(x).output), y), opt);
   });
 }
 

@@ -20,10 +20,7 @@ void mlp_step_bench(const std::string& name, int64_t batch) {
   Tensor x = randn({batch, 784}, gen), y = randint(0, 10, {batch}, gen);
   double flops = 2.0 * double(batch) * (2 * (784 * 256 + 256 * 256 + 256 * 10) + 256 * 256 + 256 * 10);
   run_workload(name, {.unit = "samples/s", .items_per_step = double(batch), .flops_per_step = flops}, mem, [&] {
-    Tensor loss = cross_entropy(net.forward(x), y);
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
+    train::update(cross_entropy(net.forward(x), y), opt);
   });
 }
 

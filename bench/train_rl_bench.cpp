@@ -57,9 +57,7 @@ void ppo_update_bench(const std::string& name, int64_t batch) {
     Tensor surr = minimum(ratio * adv, clamp(ratio, 0.8, 1.2) * adv);
     Tensor entropy = mean(neg(sum(exp(logp_all) * logp_all, {-1})));
     Tensor loss = neg(mean(surr)) + 0.5 * mse_loss(value, returns) - 0.01 * entropy;
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
+    train::update(loss, opt);
   });
 }
 

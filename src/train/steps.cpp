@@ -10,14 +10,13 @@
 
 namespace kiln::train {
 
-namespace {
-
-// backward, one update, and cleared gradients for the next step.
 void update(const Tensor& loss, optim::Optimizer& opt) {
   loss.backward();
   opt.step();
   opt.zero_grad();
 }
+
+namespace {
 
 // Logits [B, 1] f32 (checked by the caller) above or below 0.
 int64_t count_positive(const Tensor& logits, bool positive) {

@@ -21,12 +21,6 @@
 namespace kiln::models {
 namespace {
 
-std::vector<std::string> keys(const nn::Module& m) {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : m.state_dict()) out.push_back(k);
-  return out;
-}
-
 TEST(GPT, ParameterCountAndKeys) {
   // nanoGPT's CPU Shakespeare-char config without bias: V = 65, T = 64, C = 128, L = 4.
   //   wte 65 * 128 = 8320, wpe 64 * 128 = 8192, ln_f 128,
@@ -38,7 +32,7 @@ TEST(GPT, ParameterCountAndKeys) {
   GPT gpt({}, rngs);
   EXPECT_EQ(gpt.num_parameters(), 804096);
   EXPECT_EQ(gpt.parameters().size(), 2u + 4u * 6u + 1u);  // lm_head.weight is wte's
-  std::vector<std::string> k = keys(gpt);
+  std::vector<std::string> k = testing::state_dict_keys(gpt);
   EXPECT_EQ(k.front(), "transformer.wte.weight");
   EXPECT_EQ(k[1], "transformer.wpe.weight");
   EXPECT_EQ(k[2], "transformer.h.0.self_attn.in_proj_weight");

@@ -34,6 +34,13 @@ void write_bytes(const std::string& path, const std::string& bytes);
 /// after its suite and name (plus `suffix`); an earlier run's files are removed.
 std::string fresh_dir(const std::string& suffix = "");
 
+/// A module's state-dict keys in order (to compare with PyTorch's layout).
+inline std::vector<std::string> state_dict_keys(const nn::Module& m) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : m.state_dict()) out.push_back(k);
+  return out;
+}
+
 /// The same values in a non-contiguous layout (a transposed copy viewed back).
 Tensor noncontiguous(const Tensor& x);
 /// Random f64 leaf with requires_grad for gradchecks, values in [lo, hi).

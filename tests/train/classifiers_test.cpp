@@ -13,17 +13,11 @@
 namespace kiln::models {
 namespace {
 
-std::vector<std::string> keys(const nn::Module& m) {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : m.state_dict()) out.push_back(k);
-  return out;
-}
-
 TEST(Classifiers, CnnMatchesPyTorchLayout) {
   Rngs rngs(0);
   auto cnn = image_cnn(rngs);
   EXPECT_EQ(cnn->num_parameters(), 421738);
-  EXPECT_EQ(keys(*cnn), (std::vector<std::string>{"0.weight", "1.weight", "1.bias", "1.running_mean", "1.running_var",
+  EXPECT_EQ(testing::state_dict_keys(*cnn), (std::vector<std::string>{"0.weight", "1.weight", "1.bias", "1.running_mean", "1.running_var",
                                                   "1.num_batches_tracked", "4.weight", "5.weight", "5.bias",
                                                   "5.running_mean", "5.running_var", "5.num_batches_tracked",
                                                   "10.weight", "10.bias", "13.weight", "13.bias"}));
@@ -36,7 +30,7 @@ TEST(Classifiers, MlpMatchesPyTorchLayout) {
   Rngs rngs(0);
   auto mlp = image_mlp(rngs);
   EXPECT_EQ(mlp->num_parameters(), 247766);
-  EXPECT_EQ(keys(*mlp), (std::vector<std::string>{"1.weight", "1.bias", "4.weight", "4.bias", "7.weight", "7.bias",
+  EXPECT_EQ(testing::state_dict_keys(*mlp), (std::vector<std::string>{"1.weight", "1.bias", "4.weight", "4.bias", "7.weight", "7.bias",
                                                   "10.weight", "10.bias"}));
   Generator g(1);
   EXPECT_EQ(mlp(randn({5, 1, 28, 28}, g)).shape(), (Shape{5, 10}));

@@ -13,6 +13,9 @@
 
 namespace kiln::train {
 
+/// The tail of every training step: loss.backward(), opt.step(), opt.zero_grad().
+void update(const Tensor& loss, optim::Optimizer& opt);
+
 /// Cross entropy of forward(input) [B, C] against target [B] (class indices).
 StepResult classification_step(const Forward& forward, optim::Optimizer& opt, const data::Batch& batch);
 StepResult classification_eval(const Forward& forward, const data::Batch& batch);
