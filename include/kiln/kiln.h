@@ -65,6 +65,7 @@
 #include "kiln/data/text.h"
 #include "kiln/models/classifiers.h"
 #include "kiln/models/gpt.h"
+#include "kiln/rl/cartpole.h"
 #include "kiln/rl/env.h"
 #include "kiln/train/callback.h"
 #include "kiln/train/callbacks/checkpoint.h"
