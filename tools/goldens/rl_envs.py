@@ -176,8 +176,8 @@ def angle_normalize(x):
 
 
 def clip(v, lo, hi):
-    """np.clip: max(v, lo) then min(., hi)."""
-    return min(max(v, lo), hi)
+    """np.clip: max(v, lo) then min(., hi), a float."""
+    return float(min(max(v, lo), hi))
 
 
 def pendulum_step(state, action):
