@@ -67,6 +67,7 @@
 #include "kiln/models/gpt.h"
 #include "kiln/rl/cartpole.h"
 #include "kiln/rl/env.h"
+#include "kiln/rl/make_env.h"
 #include "kiln/rl/pendulum.h"
 #include "kiln/train/callback.h"
 #include "kiln/train/callbacks/checkpoint.h"
