@@ -69,6 +69,7 @@
 #include "kiln/rl/env.h"
 #include "kiln/rl/make_env.h"
 #include "kiln/rl/pendulum.h"
+#include "kiln/rl/replay_buffer.h"
 #include "kiln/train/callback.h"
 #include "kiln/train/callbacks/checkpoint.h"
 #include "kiln/train/callbacks/csv_logger.h"

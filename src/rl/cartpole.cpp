@@ -84,8 +84,8 @@ Transition CartPole::step(const Tensor& actions) {
   const Tensor a = actions.contiguous();
   const int64_t* act = a.data<int64_t>();
   for (int64_t i = 0; i < num_envs_; ++i)
-    KILN_CHECK(act[i] == 0 || act[i] == 1, op, "actions[{}] = {} is outside {}'s action space Discrete(2) (0 or 1)",
-               i, act[i], spec_.name);
+    KILN_CHECK(act[i] == 0 || act[i] == 1, op, "actions[{}] = {} is outside {}'s action space Discrete(2) (0 or 1)", i,
+               act[i], spec_.name);
   Transition out = detail::empty_transition(spec_, num_envs_);
   parallel_for(0, num_envs_, kGrain, [&](int64_t lo, int64_t hi) { step_range(lo, hi, act, out); });
   return out;

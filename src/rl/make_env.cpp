@@ -12,7 +12,7 @@ namespace kiln::rl {
 namespace {
 
 struct Entry {
-  const char* id;     // Gymnasium's
+  const char* id;  // Gymnasium's
   const char* short_name;
   std::unique_ptr<VectorEnv> (*make)(int64_t num_envs);
 };

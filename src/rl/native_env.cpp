@@ -14,11 +14,6 @@ Shape batch_shape(int64_t num_envs, const Shape& shape) {
   return out;
 }
 
-/// "[4, 3] f64", or "an undefined tensor".
-std::string shape_dtype(const Tensor& x) {
-  return x.defined() ? fmt::format("{} {}", kiln::to_string(x.shape()), name(x.dtype())) : "an undefined tensor";
-}
-
 }  // namespace
 
 void check_actions(const char* op, const EnvSpec& spec, int64_t num_envs, bool was_reset, const Tensor& actions) {
@@ -28,7 +23,7 @@ void check_actions(const char* op, const EnvSpec& spec, int64_t num_envs, bool w
   KILN_CHECK(actions.defined(), op, "actions is an undefined tensor; expected {} ({}'s action space {})", expected,
              spec.name, spec.action.to_string());
   KILN_CHECK(spec.action.batch_matches(actions) && actions.size(0) == num_envs, op,
-             "actions {} do not match {}'s action space {} for {} copies: expected {}", shape_dtype(actions), spec.name,
+             "actions {} do not match {}'s action space {} for {} copies: expected {}", describe(actions), spec.name,
              spec.action.to_string(), num_envs, expected);
 }
 
@@ -36,7 +31,7 @@ void check_state(const char* op, int64_t num_envs, bool was_reset, const Tensor&
                  const char* fields) {
   KILN_CHECK(was_reset, op, "called before reset(): call reset(seed) first");
   KILN_CHECK(state.defined() && state.dtype() == kF64 && state.shape() == Shape({num_envs, width}), op,
-             "state must be [{}, {}] f64 ({} per copy), got {}", num_envs, width, fields, shape_dtype(state));
+             "state must be [{}, {}] f64 ({} per copy), got {}", num_envs, width, fields, describe(state));
 }
 
 Transition empty_transition(const EnvSpec& spec, int64_t num_envs) {

@@ -31,8 +31,8 @@ TEST(CartPole, SpecIsGymnasiums) {
   EXPECT_EQ(s.max_episode_steps, 500);
   EXPECT_EQ(s.reward_threshold, 475);
   // Twice the termination thresholds, as f32 (Gymnasium's observation_space).
-  EXPECT_EQ(s.observation.high, (std::vector<double>{4.8f, 3.4028234663852886e38, float(2 * kThetaThreshold),
-                                                     3.4028234663852886e38}));
+  EXPECT_EQ(s.observation.high,
+            (std::vector<double>{4.8f, 3.4028234663852886e38, float(2 * kThetaThreshold), 3.4028234663852886e38}));
   EXPECT_EQ(s.observation.low[0], -double(4.8f));
 }
 
@@ -213,8 +213,9 @@ TEST(CartPole, BadCallsAreErrorsAndChangeNothing) {
   EXPECT_KILN_ERROR(env.step(actions_of({0, 1, 2, 1})),
                     "[CartPole.step] actions[2] = 2 is outside CartPole-v1's action space Discrete(2) (0 or 1)");
   EXPECT_KILN_ERROR(env.step(actions_of({-1, 1, 0, 1})), "actions[0] = -1 is outside");
-  EXPECT_KILN_ERROR(env.set_state(zeros({4, 3}, {.dtype = kF64})),
-                    "[CartPole.set_state] state must be [4, 4] f64 (x, x_dot, theta, theta_dot per copy), got [4, 3] f64");
+  EXPECT_KILN_ERROR(
+      env.set_state(zeros({4, 3}, {.dtype = kF64})),
+      "[CartPole.set_state] state must be [4, 4] f64 (x, x_dot, theta, theta_dot per copy), got [4, 3] f64");
   EXPECT_KILN_ERROR(env.set_state(zeros({4, 4})), "got [4, 4] f32");
   EXPECT_TRUE(testing::equal(env.state(), state));
   EXPECT_TRUE(testing::equal(env.elapsed_steps(), elapsed));
