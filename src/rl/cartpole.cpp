@@ -1,14 +1,15 @@
 // CartPole-v1: Gymnasium's classic_control/cartpole.py (CartPoleEnv.step with
 // kinematics_integrator "euler", reset) under wrappers/time_limit.py's
-// TimeLimit(500), for E copies at once. Compiled with -ffp-contract=off and
-// -fno-builtin-pow (CMakeLists.txt) so that every operation rounds as
-// Python's floats do: the expressions keep Gymnasium's order of operations,
-// std::sin/std::cos are glibc's, as math.sin/math.cos are, and Gymnasium's
-// v**2 is glibc's pow(v, 2.0), which is not always the rounded v * v (a
-// builtin pow would be folded into the multiply). tools/goldens/rl_envs.py is
-// the reference the tests compare with.
+// TimeLimit(500), for E copies at once. Compiled with -ffp-contract=off
+// (CMakeLists.txt) so that every operation rounds as Python's floats do: the
+// expressions keep Gymnasium's order of operations, std::sin/std::cos are
+// glibc's, as math.sin/math.cos are, and Gymnasium's v**2 is glibc's
+// pow(v, 2.0), which is not always the rounded v * v (NOTE [Python's
+// squares] in native_env.h). tools/goldens/rl_envs.py is the reference the
+// tests compare with.
 #include "kiln/rl/cartpole.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -92,43 +93,64 @@ Transition CartPole::step(const Tensor& actions) {
 }
 
 // One step of copies [lo, hi): CartPoleEnv.step's arithmetic, TimeLimit's
-// count, and the same-step reset of the copies whose episode ended.
+// count, and the same-step reset of the copies whose episode ended. Blocks
+// of kBlock copies go in three passes: glibc's sincos and the squares
+// (opaque scalar calls) into scratch rows, then Gymnasium's arithmetic over the rows (it
+// vectorises, with the same operations in the same order, so the same bits),
+// then the episode bookkeeping and the outputs.
 void CartPole::step_range(int64_t lo, int64_t hi, const int64_t* actions, const Transition& out) {
+  constexpr int64_t kBlock = 256;
   float* obs = out.obs.data<float>();
   float* final_obs = out.final_obs.data<float>();
   float* reward = out.reward.data<float>();
   bool* terminated = out.terminated.data<bool>();
   bool* truncated = out.truncated.data<bool>();
-  for (int64_t i = lo; i < hi; ++i) {
-    double x = x_[i], x_dot = x_dot_[i], theta = theta_[i], theta_dot = theta_dot_[i];
-    const double force = actions[i] == 1 ? kForceMag : -kForceMag;
-    const double costheta = std::cos(theta);
-    const double sintheta = std::sin(theta);
-    const double temp = (force + kPoleMassLength * std::pow(theta_dot, 2.0) * sintheta) / kTotalMass;
-    const double thetaacc = (kGravity * sintheta - costheta * temp) /
-                            (kLength * (4.0 / 3.0 - kMassPole * std::pow(costheta, 2.0) / kTotalMass));
-    const double xacc = temp - kPoleMassLength * thetaacc * costheta / kTotalMass;
-    x = x + kTau * x_dot;
-    x_dot = x_dot + kTau * xacc;
-    theta = theta + kTau * theta_dot;
-    theta_dot = theta_dot + kTau * thetaacc;
-
-    const bool term = x < -kXThreshold || x > kXThreshold || theta < -kThetaThreshold || theta > kThetaThreshold;
-    const bool trunc = ++elapsed_[i] >= kMaxEpisodeSteps;
-    float* f = final_obs + 4 * i;
-    f[0] = float(x), f[1] = float(x_dot), f[2] = float(theta), f[3] = float(theta_dot);
-    reward[i] = 1.0f;
-    terminated[i] = term;
-    truncated[i] = trunc;
-    if (term || trunc) {
-      double s[4];
-      detail::draw_uniform(gens_[i], 4, kResetLow, kResetHigh, s);
-      x = s[0], x_dot = s[1], theta = s[2], theta_dot = s[3];
-      elapsed_[i] = 0;
+  alignas(64) double sintheta[kBlock], costheta[kBlock], theta_dot_sq[kBlock], costheta_sq[kBlock];
+  for (int64_t b = lo; b < hi; b += kBlock) {
+    const int64_t n = std::min(kBlock, hi - b);
+    double* __restrict x = x_.data() + b;
+    double* __restrict x_dot = x_dot_.data() + b;
+    double* __restrict theta = theta_.data() + b;
+    double* __restrict theta_dot = theta_dot_.data() + b;
+    const int64_t* __restrict a = actions + b;
+    for (int64_t j = 0; j < n; ++j) {
+      sintheta[j] = std::sin(theta[j]);
+      costheta[j] = std::cos(theta[j]);
+      theta_dot_sq[j] = detail::python_square(theta_dot[j]);  // Gymnasium's theta_dot**2
+      costheta_sq[j] = detail::python_square(costheta[j]);
     }
-    x_[i] = x, x_dot_[i] = x_dot, theta_[i] = theta, theta_dot_[i] = theta_dot;
-    float* o = obs + 4 * i;
-    o[0] = float(x), o[1] = float(x_dot), o[2] = float(theta), o[3] = float(theta_dot);
+    for (int64_t j = 0; j < n; ++j) {
+      const double force = a[j] == 1 ? kForceMag : -kForceMag;
+      const double temp = (force + kPoleMassLength * theta_dot_sq[j] * sintheta[j]) / kTotalMass;
+      const double thetaacc = (kGravity * sintheta[j] - costheta[j] * temp) /
+                              (kLength * (4.0 / 3.0 - kMassPole * costheta_sq[j] / kTotalMass));
+      const double xacc = temp - kPoleMassLength * thetaacc * costheta[j] / kTotalMass;
+      x[j] = x[j] + kTau * x_dot[j];
+      x_dot[j] = x_dot[j] + kTau * xacc;
+      theta[j] = theta[j] + kTau * theta_dot[j];
+      theta_dot[j] = theta_dot[j] + kTau * thetaacc;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t i = b + j;
+      const bool term =
+          x[j] < -kXThreshold || x[j] > kXThreshold || theta[j] < -kThetaThreshold || theta[j] > kThetaThreshold;
+      const bool trunc = ++elapsed_[i] >= kMaxEpisodeSteps;
+      float* f = final_obs + 4 * i;
+      f[0] = float(x[j]), f[1] = float(x_dot[j]), f[2] = float(theta[j]), f[3] = float(theta_dot[j]);
+      reward[i] = 1.0f;
+      terminated[i] = term;
+      truncated[i] = trunc;
+      float* o = obs + 4 * i;
+      if (term || trunc) {
+        double s[4];
+        detail::draw_uniform(gens_[i], 4, kResetLow, kResetHigh, s);
+        x[j] = s[0], x_dot[j] = s[1], theta[j] = s[2], theta_dot[j] = s[3];
+        elapsed_[i] = 0;
+        o[0] = float(s[0]), o[1] = float(s[1]), o[2] = float(s[2]), o[3] = float(s[3]);
+      } else {
+        o[0] = f[0], o[1] = f[1], o[2] = f[2], o[3] = f[3];
+      }
+    }
   }
 }
 

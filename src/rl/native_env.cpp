@@ -1,6 +1,8 @@
 // The checks and output tensors shared by kiln's native environments.
 #include "src/rl/native_env.h"
 
+#include <cmath>
+
 #include "kiln/core/error.h"
 
 namespace kiln::rl::detail {
@@ -15,6 +17,8 @@ Shape batch_shape(int64_t num_envs, const Shape& shape) {
 }
 
 }  // namespace
+
+double libm_pow2(double v) { return std::pow(v, 2.0); }
 
 void check_actions(const char* op, const EnvSpec& spec, int64_t num_envs, bool was_reset, const Tensor& actions) {
   KILN_CHECK(was_reset, op, "{} was stepped before reset(): call reset(seed) first", spec.name);

@@ -1,8 +1,9 @@
-// What kiln's native environments (CartPole, Pendulum) share: the checks a
-// step makes before it touches any state, the uniform draws of a reset, and
-// the step's output tensors. Letters: E environments.
+// What kiln's native environments (CartPole, Pendulum) share: Python's v**2,
+// the checks a step makes before it touches any state, the uniform draws of
+// a reset, and the step's output tensors. Letters: E environments.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -11,6 +12,37 @@
 #include "kiln/rl/env.h"
 
 namespace kiln::rl::detail {
+
+/// std::pow(v, 2.0) as a call to glibc's pow (native_env.cpp is compiled
+/// with -fno-builtin-pow, so the compiler cannot fold it into v * v).
+double libm_pow2(double v);
+
+/// Gymnasium's `v**2`, bit for bit: glibc's pow(v, 2.0) (NOTE [Python's squares]).
+///
+/// NOTE [Python's squares]: Python evaluates v**2 with glibc's pow, which
+/// is not always the rounded v * v (about 1 square in 1500 differs in the
+/// last bit). glibc's pow (sysdeps/ieee754/dbl-64/e_pow.c, since 2.28) has
+/// a worst-case error of 0.54 ULP after rounding: its result before the
+/// final rounding is within 0.04 ULP of the exact value for any v used
+/// here (0.009 from exp, at most 0.03 from log for |2 log v| <= 700). So
+/// where the exact square v * v = hi + lo lies more than 0.04 ULP from a
+/// rounding midpoint, pow returns the rounded square hi. The fast path
+/// takes hi where |lo| <= 0.4 ULP (a midpoint is then at least 0.1 ULP
+/// away), 80% of squares; the rest, and every v outside the range where
+/// fma's residual is exact, call pow. Without hardware FMA it always calls pow.
+inline double python_square(double v) {
+#ifdef __FMA__
+  const double hi = v * v;
+  const double lo = std::fma(v, v, -hi);  // exact: v * v == hi + lo
+  if (hi >= 0x1p-960 && hi < 0x1p1000) {
+    // ulp(hi) for a normal hi: its power of two times 2^-52; below a power of
+    // two the spacing halves, so a negative lo there takes the slow path.
+    const double binade = std::bit_cast<double>(std::bit_cast<uint64_t>(hi) & 0x7ff0000000000000ull);
+    if (std::abs(lo) <= 0.4 * 0x1p-52 * binade && (lo >= 0 || hi != binade)) return hi;
+  }
+#endif
+  return libm_pow2(v);
+}
 
 /// n values uniform on [lo[k], hi[k]) from `gen`, drawn as uniform_ draws an
 /// [n] f64 tensor: value k from the 53 high bits of stream words (2k, 2k + 1),

@@ -1,8 +1,8 @@
 // Pendulum-v1: Gymnasium's classic_control/pendulum.py (PendulumEnv.step,
 // _get_obs, reset, angle_normalize) under wrappers/time_limit.py's
 // TimeLimit(200), for E copies at once. Compiled like cartpole.cpp
-// (-ffp-contract=off, -fno-builtin-pow): Gymnasium's expressions in their
-// order, glibc's sin, cos and pow(v, 2.0), Python's float modulo; the
+// (-ffp-contract=off): Gymnasium's expressions in their order, glibc's sin,
+// cos and pow(v, 2.0) (python_square), Python's float modulo; the
 // reference is tools/goldens/rl_envs.py. With NumPy 1.x the clipped f32
 // torque enters every operation as the f64 of its value, as here.
 #include "kiln/rl/pendulum.h"
@@ -101,8 +101,9 @@ Transition Pendulum::step(const Tensor& actions) {
   for (int64_t i = 0; i < num_envs_; ++i) {
     const double th = theta_[i], thdot = theta_dot_[i];
     const double u = clip(act[i], -kMaxTorque, kMaxTorque);
-    const double costs = std::pow(angle_normalize(th), 2.0) + 0.1 * std::pow(thdot, 2.0) + 0.001 * std::pow(u, 2.0);
-    double newthdot = thdot + (3 * kG / (2 * kL) * std::sin(th) + 3.0 / (kM * std::pow(kL, 2.0)) * u) * kDt;
+    const double costs = detail::python_square(angle_normalize(th)) + 0.1 * detail::python_square(thdot) +
+                         0.001 * detail::python_square(u);
+    double newthdot = thdot + (3 * kG / (2 * kL) * std::sin(th) + 3.0 / (kM * detail::python_square(kL)) * u) * kDt;
     newthdot = clip(newthdot, -kMaxSpeed, kMaxSpeed);
     double newth = th + newthdot * kDt;
     reward[i] = float(-costs);
