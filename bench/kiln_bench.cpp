@@ -113,6 +113,7 @@ std::vector<Bench> all_benches() {
   train_gpt_benches(out);
   train_rl_benches(out);
   train_lstm_benches(out);
+  rl_env_benches(out);
   return out;
 }
 
