@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
 
@@ -130,26 +131,29 @@ void CartPole::step_range(int64_t lo, int64_t hi, const int64_t* actions, const 
       theta[j] = theta[j] + kTau * theta_dot[j];
       theta_dot[j] = theta_dot[j] + kTau * thetaacc;
     }
+    // Termination, the time limit and the outputs, for every copy.
+    int64_t* __restrict elapsed = elapsed_.data() + b;
+    float* __restrict f = final_obs + 4 * b;
+    bool* __restrict term = terminated + b;
+    bool* __restrict trunc = truncated + b;
     for (int64_t j = 0; j < n; ++j) {
-      const int64_t i = b + j;
-      const bool term =
-          x[j] < -kXThreshold || x[j] > kXThreshold || theta[j] < -kThetaThreshold || theta[j] > kThetaThreshold;
-      const bool trunc = ++elapsed_[i] >= kMaxEpisodeSteps;
-      float* f = final_obs + 4 * i;
-      f[0] = float(x[j]), f[1] = float(x_dot[j]), f[2] = float(theta[j]), f[3] = float(theta_dot[j]);
-      reward[i] = 1.0f;
-      terminated[i] = term;
-      truncated[i] = trunc;
-      float* o = obs + 4 * i;
-      if (term || trunc) {
-        double s[4];
-        detail::draw_uniform(gens_[i], 4, kResetLow, kResetHigh, s);
-        x[j] = s[0], x_dot[j] = s[1], theta[j] = s[2], theta_dot[j] = s[3];
-        elapsed_[i] = 0;
-        o[0] = float(s[0]), o[1] = float(s[1]), o[2] = float(s[2]), o[3] = float(s[3]);
-      } else {
-        o[0] = f[0], o[1] = f[1], o[2] = f[2], o[3] = f[3];
-      }
+      term[j] =
+          (x[j] < -kXThreshold) | (x[j] > kXThreshold) | (theta[j] < -kThetaThreshold) | (theta[j] > kThetaThreshold);
+      trunc[j] = ++elapsed[j] >= kMaxEpisodeSteps;
+      reward[b + j] = 1.0f;
+      f[4 * j] = float(x[j]), f[4 * j + 1] = float(x_dot[j]);
+      f[4 * j + 2] = float(theta[j]), f[4 * j + 3] = float(theta_dot[j]);
+    }
+    std::memcpy(obs + 4 * b, f, size_t(n) * 4 * sizeof(float));
+    // The copies whose episode ended start the next one.
+    for (int64_t j = 0; j < n; ++j) {
+      if (!(term[j] | trunc[j])) continue;
+      double r[4];
+      detail::draw_uniform(gens_[b + j], 4, kResetLow, kResetHigh, r);
+      x[j] = r[0], x_dot[j] = r[1], theta[j] = r[2], theta_dot[j] = r[3];
+      elapsed[j] = 0;
+      float* o = obs + 4 * (b + j);
+      o[0] = float(r[0]), o[1] = float(r[1]), o[2] = float(r[2]), o[3] = float(r[3]);
     }
   }
 }
