@@ -117,9 +117,9 @@ void CartPole::step_range(int64_t lo, int64_t hi, const int64_t* actions, const 
     for (int64_t j = 0; j < n; ++j) {
       sintheta[j] = std::sin(theta[j]);
       costheta[j] = std::cos(theta[j]);
-      theta_dot_sq[j] = detail::python_square(theta_dot[j]);  // Gymnasium's theta_dot**2
-      costheta_sq[j] = detail::python_square(costheta[j]);
     }
+    detail::python_squares(theta_dot, theta_dot_sq, n);  // Gymnasium's theta_dot**2
+    detail::python_squares(costheta, costheta_sq, n);
     for (int64_t j = 0; j < n; ++j) {
       const double force = a[j] == 1 ? kForceMag : -kForceMag;
       const double temp = (force + kPoleMassLength * theta_dot_sq[j] * sintheta[j]) / kTotalMass;

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "kiln/core/generator.h"
@@ -17,8 +18,6 @@ namespace kiln::rl::detail {
 /// with -fno-builtin-pow, so the compiler cannot fold it into v * v).
 double libm_pow2(double v);
 
-/// Gymnasium's `v**2`, bit for bit: glibc's pow(v, 2.0) (NOTE [Python's squares]).
-///
 /// NOTE [Python's squares]: Python evaluates v**2 with glibc's pow, which
 /// is not always the rounded v * v (about 1 square in 1500 differs in the
 /// last bit). glibc's pow (sysdeps/ieee754/dbl-64/e_pow.c, since 2.28) has
@@ -30,18 +29,37 @@ double libm_pow2(double v);
 /// takes hi where |lo| <= 0.4 ULP (a midpoint is then at least 0.1 ULP
 /// away), 80% of squares; the rest, and every v outside the range where
 /// fma's residual is exact, call pow. Without hardware FMA it always calls pow.
-inline double python_square(double v) {
+
+/// Whether hi = v * v (rounded) is glibc's pow(v, 2.0) by the argument of
+/// NOTE [Python's squares]. Branch-free, so loops over it vectorise.
+inline bool square_is_pow(double v, double hi) {
 #ifdef __FMA__
-  const double hi = v * v;
-  const double lo = std::fma(v, v, -hi);  // exact: v * v == hi + lo
-  if (hi >= 0x1p-960 && hi < 0x1p1000) {
-    // ulp(hi) for a normal hi: its power of two times 2^-52; below a power of
-    // two the spacing halves, so a negative lo there takes the slow path.
-    const double binade = std::bit_cast<double>(std::bit_cast<uint64_t>(hi) & 0x7ff0000000000000ull);
-    if (std::abs(lo) <= 0.4 * 0x1p-52 * binade && (lo >= 0 || hi != binade)) return hi;
-  }
+  const double lo = std::fma(v, v, -hi);  // exact there: v * v == hi + lo
+  // ulp(hi) for a normal hi: its power of two times 2^-52; just below a
+  // power of two the spacing halves, so a negative lo there is refused.
+  const double binade = std::bit_cast<double>(std::bit_cast<uint64_t>(hi) & 0x7ff0000000000000ull);
+  return (hi >= 0x1p-960) & (hi < 0x1p1000) & (std::abs(lo) <= 0.4 * 0x1p-52 * binade) & ((lo >= 0) | (hi != binade));
+#else
+  return false;
 #endif
-  return libm_pow2(v);
+}
+
+/// Gymnasium's `v**2`, bit for bit: glibc's pow(v, 2.0).
+inline double python_square(double v) {
+  const double hi = v * v;
+  return square_is_pow(v, hi) ? hi : libm_pow2(v);
+}
+
+/// out[j] = python_square(v[j]) for j < n: the check over all of them (it
+/// vectorises), then pow for those it refused (marked NaN; a NaN v gives NaN
+/// either way).
+inline void python_squares(const double* __restrict v, double* __restrict out, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    const double hi = v[j] * v[j];
+    out[j] = square_is_pow(v[j], hi) ? hi : std::numeric_limits<double>::quiet_NaN();
+  }
+  for (int64_t j = 0; j < n; ++j)
+    if (std::isnan(out[j])) out[j] = libm_pow2(v[j]);
 }
 
 /// n values uniform on [lo[k], hi[k]) from `gen`, drawn as uniform_ draws an
