@@ -94,11 +94,11 @@ Transition CartPole::step(const Tensor& actions) {
 }
 
 // One step of copies [lo, hi): CartPoleEnv.step's arithmetic, TimeLimit's
-// count, and the same-step reset of the copies whose episode ended. Blocks
-// of kBlock copies go in three passes: glibc's sincos and the squares
-// (opaque scalar calls) into scratch rows, then Gymnasium's arithmetic over the rows (it
-// vectorises, with the same operations in the same order, so the same bits),
-// then the episode bookkeeping and the outputs.
+// count, and the same-step reset of the copies whose episode ended. Each
+// block of kBlock copies goes through passes: glibc's sincos (scalar calls)
+// and Python's squares into scratch rows, Gymnasium's arithmetic over the
+// rows (it vectorises, with the same operations in the same order, so the
+// same bits), the flags and outputs, and the resets of the copies that ended.
 void CartPole::step_range(int64_t lo, int64_t hi, const int64_t* actions, const Transition& out) {
   constexpr int64_t kBlock = 256;
   float* obs = out.obs.data<float>();

@@ -1,6 +1,8 @@
 // What kiln's native environments (CartPole, Pendulum) share: Python's v**2,
 // the checks a step makes before it touches any state, the uniform draws of
 // a reset, and the step's output tensors. Letters: E environments.
+// draw_uniform's arithmetic must not be contracted into fused multiply-adds:
+// only files built with -ffp-contract=off call it (CMakeLists.txt).
 #pragma once
 
 #include <bit>
