@@ -3,6 +3,7 @@
 // normalised logits.
 #include "kiln/rl/distributions.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -170,6 +171,65 @@ Tensor TanhGaussian::entropy() const {
   const double half_log_2pi_e = 0.5 * (1.0 + std::log(2 * std::numbers::pi));
   Tensor per_row = log_std_.dim() == 1 ? expand(log_std_, mean_.shape()) : log_std_;
   return sum(per_row, {1}) + double(mean_.size(1)) * half_log_2pi_e;
+}
+
+// ---- ActionDistribution ----
+
+ActionDistribution::ActionDistribution(const Space& space, const Tensor& params, const Tensor& log_std) {
+  switch (space.kind) {
+    case SpaceKind::Discrete:
+      KILN_CHECK(params.defined() && params.dim() == 2 && params.size(1) == space.n && !log_std.defined(),
+                 "ActionDistribution", "{} needs logits [B, {}] and no log_std, got {} and {}", space.to_string(),
+                 space.n, describe(params), describe(log_std));
+      categorical_.emplace(params);
+      return;
+    case SpaceKind::Box:
+      KILN_CHECK(space.shape.size() == 1 && params.defined() && params.dim() == 2 && params.size(1) == space.shape[0],
+                 "ActionDistribution", "{} needs a mean [B, {}], got {}", space.to_string(),
+                 space.shape.empty() ? 0 : space.shape[0], describe(params));
+      gaussian_.emplace(params, log_std, space);
+      box_ = space;
+      return;
+    case SpaceKind::Binary: break;
+  }
+  KILN_FAIL("ActionDistribution", "no action distribution for {} (Discrete or Box([A]) only)", space.to_string());
+}
+
+namespace {
+
+// f32 rounding of center + half_range * tanh can land an ulp outside the box;
+// the environment gets the action clamped into it, in place: `action` is the
+// squash's fresh output, made without a graph and held by nobody else.
+Tensor clamp_into(const Tensor& action, const Space& box) {
+  Tensor a = action.contiguous().to(kF32);
+  float* p = a.data<float>();
+  const int64_t dims = int64_t(box.low.size());
+  for (int64_t i = 0; i < a.numel(); ++i)
+    p[i] = std::clamp(p[i], float(box.low[i % dims]), float(box.high[i % dims]));
+  return a;
+}
+
+}  // namespace
+
+ActionDistribution::Sample ActionDistribution::sample(Generator& gen) const {
+  if (categorical_) {
+    Tensor a = categorical_->sample(gen);
+    return {a, a};
+  }
+  auto s = gaussian_->sample(gen);
+  return {clamp_into(s.action, box_), s.raw};
+}
+
+Tensor ActionDistribution::log_prob(const Tensor& carrier) const {
+  return categorical_ ? categorical_->log_prob(carrier) : gaussian_->log_prob(carrier);
+}
+
+Tensor ActionDistribution::entropy() const { return categorical_ ? categorical_->entropy() : gaussian_->entropy(); }
+
+Tensor ActionDistribution::mode() const {
+  if (categorical_) return categorical_->mode();
+  NoGradGuard no_grad;
+  return clamp_into(gaussian_->mode(), box_);
 }
 
 }  // namespace kiln::rl

@@ -9,6 +9,12 @@ through its cache at the squashed action, and CleanRL's SAC formula
 log N - log(scale (1 - tanh^2) + 1e-6); plus the squashed mean, the base
 Gaussian's entropy, and the gradients of sum(w * log_prob) in mean and log_std.
 
+rl_ppo.json: CleanRL's PPO minibatch loss (ppo.py's update, copied below
+line for line) for a categorical policy (clip_vloss on and off) and for a
+tanh-squashed Gaussian (the log-prob above; ent_coef 0 and 0.01, norm_adv
+off): the loss, its parts, approx_kl, clipfrac, and the loss's gradients in
+the distribution parameters and the new values.
+
 rl_gae.json: advantages and returns of a [T, E] rollout with terminations,
 truncations (bootstrapped from V(final_obs)) and neither, computed in plain
 Python from the definitions, not by the backward recursion kiln uses:
@@ -78,6 +84,87 @@ def _tanh_gaussian(shared_log_std):
     }
 
 
+def _cleanrl_loss(newlogprob, entropy, newvalue, b, args):
+    """ppo.py's update body for one minibatch (mb_inds = all rows)."""
+    logratio = newlogprob - b["logprobs"]
+    ratio = logratio.exp()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > args["clip_coef"]).float().mean().item()
+    mb_advantages = b["advantages"]
+    if args["norm_adv"]:
+        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+    pg_loss1 = -mb_advantages * ratio
+    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args["clip_coef"], 1 + args["clip_coef"])
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+    newvalue = newvalue.view(-1)
+    if args["clip_vloss"]:
+        v_loss_unclipped = (newvalue - b["returns"]) ** 2
+        v_clipped = b["values"] + torch.clamp(newvalue - b["values"], -args["clip_coef"], args["clip_coef"])
+        v_loss_clipped = (v_clipped - b["returns"]) ** 2
+        v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
+        v_loss = 0.5 * v_loss_max.mean()
+    else:
+        v_loss = 0.5 * ((newvalue - b["returns"]) ** 2).mean()
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args["ent_coef"] * entropy_loss + v_loss * args["vf_coef"]
+    return {"loss": loss, "policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
+            "approx_kl": approx_kl.item(), "clipfrac": clipfrac}
+
+
+def _ppo_case(name, kind, args, seed):
+    M = 8
+    g = common.gen(seed)
+    values = torch.randn(M, generator=g, dtype=torch.float64)
+    b = {"values": values + torch.randn(M, generator=g, dtype=torch.float64) * 0.3,
+         "returns": torch.randn(M, generator=g, dtype=torch.float64),
+         "advantages": torch.randn(M, generator=g, dtype=torch.float64) * 2}
+    v = values.clone().requires_grad_(True)
+    case = {"name": name, "kind": kind, "args": args}
+    if kind == "categorical":
+        logits = torch.randn(M, 3, generator=g, dtype=torch.float64)
+        actions = torch.randint(0, 3, (M,), generator=g)
+        x = logits.clone().requires_grad_(True)
+        d = Categorical(logits=x)
+        newlogprob, entropy = d.log_prob(actions), d.entropy()
+        b["logprobs"] = newlogprob.detach() + torch.randn(M, generator=g, dtype=torch.float64) * 0.3
+        case.update(logits=common.t(logits), actions=common.t(actions))
+        leaves = {"logits": x}
+    else:
+        low = torch.tensor([-2.0, -1.0], dtype=torch.float64)
+        high = torch.tensor([2.0, 3.0], dtype=torch.float64)
+        scale = (high - low) / 2
+        mean = torch.randn(M, 2, generator=g, dtype=torch.float64)
+        log_std = torch.randn(2, generator=g, dtype=torch.float64) * 0.3
+        raw = mean + torch.randn(M, 2, generator=g, dtype=torch.float64)
+        m, s = mean.clone().requires_grad_(True), log_std.clone().requires_grad_(True)
+        base = Normal(m, s.exp())
+        newlogprob = (base.log_prob(raw) - TanhTransform().log_abs_det_jacobian(raw, torch.tanh(raw))
+                      - scale.log()).sum(-1)
+        entropy = base.entropy().sum(-1)
+        b["logprobs"] = newlogprob.detach() + torch.randn(M, generator=g, dtype=torch.float64) * 0.3
+        case.update(low=common.t(low), high=common.t(high), mean=common.t(mean), log_std=common.t(log_std),
+                    raw=common.t(raw))
+        leaves = {"mean": m, "log_std": s}
+    out = _cleanrl_loss(newlogprob, entropy, v, b, args)
+    out["loss"].backward()
+    case.update({k: common.t(t) for k, t in b.items()})
+    case["new_values"] = common.t(values)
+    case["out"] = {k: (common.t(t) if torch.is_tensor(t) else t) for k, t in out.items()}
+    case["grads"] = {k: common.t(t.grad) for k, t in dict(leaves, new_values=v).items()}
+    return case
+
+
+def _ppo():
+    base = {"clip_coef": 0.2, "norm_adv": True, "clip_vloss": True, "ent_coef": 0.01, "vf_coef": 0.5}
+    return {"cases": [
+        _ppo_case("categorical_clip_vloss", "categorical", base, 41),
+        _ppo_case("categorical_plain_vloss", "categorical", dict(base, clip_vloss=False, clip_coef=0.1), 42),
+        _ppo_case("gaussian_no_entropy", "gaussian", dict(base, ent_coef=0.0), 43),
+        _ppo_case("gaussian_raw_adv", "gaussian", dict(base, norm_adv=False, vf_coef=1.0), 44),
+    ]}
+
+
 def _gae():
     T, E = 6, 3
     gamma, lam = 0.97, 0.9
@@ -139,3 +226,4 @@ def generate():
     common.dump("rl_distributions", {"categorical": _categorical(), "tanh_gaussian": _tanh_gaussian(False),
                                      "tanh_gaussian_shared": _tanh_gaussian(True)})
     common.dump("rl_gae", _gae())
+    common.dump("rl_ppo", _ppo())

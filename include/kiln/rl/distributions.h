@@ -13,6 +13,7 @@
 //   Tensor logp = pi.log_prob(raw);               // [B]: re-evaluate from the raw action (stable)
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "kiln/core/generator.h"
@@ -94,6 +95,37 @@ class TanhGaussian {
   Tensor mean_, log_std_;
   Tensor center_, half_range_;  // [A]: (high + low) / 2 and (high - low) / 2, mean's dtype
   double sum_log_half_range_ = 0;
+};
+
+/// A policy's action distribution for an environment's action space: a
+/// Categorical for Discrete(n), a TanhGaussian for Box([A]). PPO and
+/// evaluation are written against it, so one loop serves both kinds. The
+/// carrier of an action is what log_prob takes: the action itself for
+/// Discrete, the raw (pre-tanh) action for Box.
+class ActionDistribution {
+ public:
+  /// Discrete(n): params = logits [B, n] (log_std undefined). Box([A]):
+  /// params = mean [B, A], log_std [B, A] or [A].
+  ActionDistribution(const Space& action_space, const Tensor& params, const Tensor& log_std = {});
+
+  struct Sample {
+    Tensor action;   // for the environment: [B] i64 (Discrete) or [B, A] f32 (Box)
+    Tensor carrier;  // for log_prob: the action (Discrete) or the raw action [B, A] (Box)
+  };
+  /// A draw from `gen`, no graph. Box actions are clamped into the box (f32
+  /// rounding of the squash can land an ulp outside).
+  Sample sample(Generator& gen) const;
+  /// log p of carriers [B].
+  Tensor log_prob(const Tensor& carrier) const;
+  Tensor entropy() const;  // [B]
+  /// The deterministic action for the environment (argmax, or the squashed mean).
+  Tensor mode() const;
+  bool is_discrete() const { return categorical_.has_value(); }
+
+ private:
+  std::optional<Categorical> categorical_;
+  std::optional<TanhGaussian> gaussian_;
+  Space box_;  // Box: the bounds the environment's actions are clamped into
 };
 
 }  // namespace kiln::rl
