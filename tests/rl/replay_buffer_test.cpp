@@ -104,6 +104,24 @@ TEST(ReplayBuffer, WrapsAroundOverwritingTheOldest) {
   for (size_t i = 0; i < got2.size(); ++i) EXPECT_EQ(got2[i], expected_at[slot2[i]]) << i;
 }
 
+// Capacity 64 makes each storage tensor an exact allocator size class (64 to
+// 512 bytes), so under ASan a ring write past the end is caught. Batches of
+// 7 wrap at every offset; one of 100 is larger than the ring.
+TEST(ReplayBuffer, RingWritesStayInTheStorage) {
+  ReplayBuffer b = small_buffer(64);
+  int64_t k = 0;
+  for (int i = 0; i < 40; ++i, k += 7) add_rows(b, k, 7);
+  add_rows(b, k, 100);
+  k += 100;
+  EXPECT_EQ(b.size(), 64);
+  EXPECT_EQ(b.state().at("cursor"), std::to_string(k % 64));
+  Generator g(4);
+  for (int64_t id : ids(b.sample(500, g))) {  // only the last 64 transitions remain
+    EXPECT_GE(id, k - 64);
+    EXPECT_LT(id, k);
+  }
+}
+
 TEST(ReplayBuffer, SamplingIsUniformAndSeeded) {
   ReplayBuffer b = small_buffer(10);
   add_rows(b, 0, 10);
