@@ -15,7 +15,8 @@ operation:
 math.sin and math.cos are glibc's, as kiln's std::sin and std::cos are (np.sin
 may use a SIMD library that differs in the last bit). Gymnasium's x**2 (of a
 Python float or an np.float64 scalar) is glibc's pow(x, 2.0), which is not
-always the rounded x * x (1 in ~1500 here): kiln calls pow too. The CartPole
+always the rounded x * x (1 in ~1500 here): kiln gives pow's result too
+(src/rl/native_env.h, NOTE [Python's squares]). The CartPole
 case "pow_matters" starts where the step with x * x would differ, so a
 compiler that folded pow into a multiply fails the tests. (Pendulum's
 squares reach only the reward, where the f32 cast hides such a difference; its
