@@ -144,7 +144,7 @@ TEST(CartPole, EpisodesDoNotDependOnNumEnvs) {
   large.reset(5);
   Generator gen(9);
   int64_t resets = 0;
-  for (int t = 0; t < 120; ++t) {
+  for (int t = 0; t < 60; ++t) {
     Tensor a = random_actions(2048, gen);
     Transition ts = small.step(narrow(a, 0, 0, 3));
     Transition tl = large.step(a);
