@@ -223,6 +223,21 @@ TEST(TokenizerFiles, DamagedFilesAreNamedErrors) {
   EXPECT_KILN_ERROR(BpeTokenizer::from_json(forged), "[BpeTokenizer.from_json] [BpeTokenizer] merge 1 [1, 2] repeats merge 0");
   EXPECT_KILN_ERROR(BpeTokenizer::load(dir + "/missing.json"), "[BpeTokenizer.load] cannot read " + dir + "/missing.json");
   EXPECT_KILN_ERROR(tokenizer_from_json("{\"format\":\"kiln.tokenizer\",\"version\":1}"), "[tokenizer_from_json] no \"type\"");
+  // Random damage (one byte changed, or the text cut and a byte appended):
+  // always a kiln::Error, never a crash nor a different tokenizer.
+  std::mt19937 rng(3);
+  for (int k = 0; k < 2000; ++k) {
+    std::string s = good;
+    if (k % 2) s[rng() % s.size()] = char(rng() & 0xFF);
+    else s = s.substr(0, rng() % s.size()) + char(rng() & 0xFF);
+    if (s == good) continue;
+    try {
+      std::unique_ptr<Tokenizer> t = tokenizer_from_json(s);
+      ADD_FAILURE() << "damaged text loaded as a " << t->name() << " tokenizer: " << s;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("[tokenizer_from_json] ", 0), 0u) << e.what();
+    }
+  }
   // The char vocabulary: its checksum and its order.
   std::string chars = CharTokenizer::train("abc").to_json();
   EXPECT_KILN_ERROR(tokenizer_from_json(chars.replace(chars.find("\"abc\""), 5, "\"abd\"")),
