@@ -267,6 +267,13 @@ BpeTokenizer only_bpe(const detail::TokenizerJsonReader& r, std::string_view tex
 
 }  // namespace
 
+std::unique_ptr<Tokenizer> train_tokenizer(const std::string& name, std::string_view text, const BpeOptions& bpe) {
+  if (name == "byte") return std::make_unique<ByteTokenizer>();
+  if (name == "char") return std::make_unique<CharTokenizer>(CharTokenizer::train(text));
+  if (name == "bpe") return std::make_unique<BpeTokenizer>(BpeTokenizer::train(text, bpe));
+  KILN_FAIL("train_tokenizer", "unknown tokenizer '{}' (byte, char or bpe)", name);
+}
+
 BpeTokenizer BpeTokenizer::from_json(std::string_view json) { return only_bpe({"BpeTokenizer.from_json", ""}, json); }
 
 BpeTokenizer BpeTokenizer::load(const std::string& path) {

@@ -262,6 +262,12 @@ TEST(CharTokenizer, SortedVocabularyAndErrors) {
   EXPECT_KILN_ERROR(CharTokenizer({U'b', U'a'}), "[CharTokenizer] characters must be distinct and in increasing code point order");
   EXPECT_KILN_ERROR(CharTokenizer({U'a', char32_t(0xD800)}), "is not a Unicode scalar value");
 
+  // By name, as a command line picks one.
+  EXPECT_EQ(train_tokenizer("char", "hello")->vocab_size(), 4);
+  EXPECT_EQ(train_tokenizer("byte", "hello")->vocab_size(), 256);
+  EXPECT_EQ(train_tokenizer("bpe", "hello hello", {.vocab_size = 258})->vocab_size(), 258);
+  EXPECT_KILN_ERROR(train_tokenizer("word", "hello"), "[train_tokenizer] unknown tokenizer 'word' (byte, char or bpe)");
+
   const ByteTokenizer bytes;
   EXPECT_EQ(bytes.encode("\xff" "A"), (std::vector<int64_t>{255, 65}));
   EXPECT_EQ(bytes.decode(std::vector<int64_t>{0, 255}), std::string("\x00\xff", 2));

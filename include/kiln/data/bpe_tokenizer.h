@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -94,5 +95,12 @@ class BpeTokenizer : public Tokenizer {
   std::vector<std::string> tokens_;  // id -> bytes
   std::unordered_map<uint64_t, int32_t> ranks_;  // (left << 32 | right) -> rank
 };
+
+/// A tokenizer of the kind `name` learned from `text`: "byte" (nothing to
+/// learn), "char" (CharTokenizer::train) or "bpe" (BpeTokenizer::train with
+/// `bpe`); another name is "[train_tokenizer] unknown tokenizer 'x' (byte,
+/// char or bpe)". For a command line's --tokenizer (here, not in
+/// tokenizer.h, because it needs BpeOptions).
+std::unique_ptr<Tokenizer> train_tokenizer(const std::string& name, std::string_view text, const BpeOptions& bpe = {});
 
 }  // namespace kiln::data
