@@ -1,6 +1,7 @@
 #include "kiln/nn/init.h"
 
 #include <cmath>
+#include <vector>
 
 #include "kiln/core/error.h"
 #include "kiln/ops/binary.h"
@@ -18,6 +19,50 @@ Tensor uniform_tensor(const Shape& shape, double bound, Generator& gen, DType dt
 
 Tensor normal_tensor(const Shape& shape, double mean, double std, Generator& gen, DType dtype) {
   return add(mul(randn(shape, gen, {.dtype = dtype}), std), mean);
+}
+
+// The Q factor [m, n] of a = QR (a [m, n] row-major, m >= n) with R's diagonal
+// made positive: Householder reflections H_k = I - 2 v v^T (|v| = 1) reduce a
+// to R (R_kk = alpha_k), then Q = H_0 ... H_{n-1} I[:, :n] with column k
+// scaled by sign(alpha_k). That Q is unique for a full-rank a, so it equals
+// torch.linalg.qr's Q after orthogonal_'s sign correction.
+std::vector<double> positive_qr_q(std::vector<double> a, int64_t m, int64_t n) {
+  std::vector<std::vector<double>> vs(size_t(n), std::vector<double>(size_t(m), 0.0));
+  std::vector<double> sign(size_t(n), 1.0);
+  for (int64_t k = 0; k < n; ++k) {
+    double norm = 0;
+    for (int64_t i = k; i < m; ++i) norm += a[i * n + k] * a[i * n + k];
+    norm = std::sqrt(norm);
+    const double x0 = a[k * n + k];
+    const double alpha = x0 > 0 ? -norm : norm;  // away from x0: no cancellation in v = x - alpha e1
+    std::vector<double>& v = vs[size_t(k)];
+    for (int64_t i = k; i < m; ++i) v[i] = a[i * n + k];
+    v[k] -= alpha;
+    double vnorm = 0;
+    for (int64_t i = k; i < m; ++i) vnorm += v[i] * v[i];
+    vnorm = std::sqrt(vnorm);
+    if (vnorm > 0)
+      for (int64_t i = k; i < m; ++i) v[i] /= vnorm;
+    for (int64_t j = k; j < n; ++j) {  // a[k:, k:] -= 2 v (v^T a[k:, k:])
+      double d = 0;
+      for (int64_t i = k; i < m; ++i) d += v[i] * a[i * n + j];
+      for (int64_t i = k; i < m; ++i) a[i * n + j] -= 2 * v[i] * d;
+    }
+    sign[size_t(k)] = a[k * n + k] < 0 ? -1.0 : 1.0;
+  }
+  std::vector<double> q(size_t(m * n), 0.0);
+  for (int64_t i = 0; i < n; ++i) q[i * n + i] = 1.0;
+  for (int64_t k = n - 1; k >= 0; --k) {  // q[k:, :] -= 2 v (v^T q[k:, :])
+    const std::vector<double>& v = vs[size_t(k)];
+    for (int64_t j = 0; j < n; ++j) {
+      double d = 0;
+      for (int64_t i = k; i < m; ++i) d += v[i] * q[i * n + j];
+      for (int64_t i = k; i < m; ++i) q[i * n + j] -= 2 * v[i] * d;
+    }
+  }
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) q[i * n + j] *= sign[size_t(j)];
+  return q;
 }
 
 void check_fan(const char* op, Fan fan) {
@@ -65,6 +110,31 @@ Initializer lecun_normal() {
   return [](const Shape& s, Fan fan, Generator& g, DType dt) {
     check_fan("init.lecun_normal", fan);
     return normal_tensor(s, 0.0, 1.0 / std::sqrt(double(fan.in)), g, dt);
+  };
+}
+
+Initializer orthogonal(double gain) {
+  KILN_CHECK(std::isfinite(gain), "init.orthogonal", "gain must be finite, got {}", gain);
+  return [gain](const Shape& s, Fan, Generator& g, DType dt) {
+    KILN_CHECK(s.size() >= 2, "init.orthogonal", "needs a weight of 2 or more dims, got shape {}", to_string(s));
+    const int64_t rows = s[0];
+    int64_t cols = 1;
+    for (size_t i = 1; i < s.size(); ++i) cols *= s[i];
+    if (rows == 0 || cols == 0) return kiln::zeros(s, {.dtype = dt});
+    std::vector<double> a = randn({rows, cols}, g, {.dtype = kF64}).to_vector<double>();
+    const bool wide = rows < cols;  // factor the transpose: Q gets min(rows, cols) orthonormal columns
+    const int64_t m = wide ? cols : rows, n = wide ? rows : cols;
+    if (wide) {
+      std::vector<double> t(a.size());
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) t[j * rows + i] = a[i * cols + j];
+      a = std::move(t);
+    }
+    std::vector<double> q = positive_qr_q(std::move(a), m, n);
+    std::vector<double> w(size_t(rows * cols));
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) w[i * cols + j] = gain * (wide ? q[j * n + i] : q[i * n + j]);
+    return tensor(w, s).to(dt);
   };
 }
 

@@ -52,4 +52,12 @@ std::string Space::to_string() const {
 
 Tensor Transition::done() const { return logical_or(terminated, truncated); }
 
+Generator env_generator(uint64_t seed, int64_t index) {
+  // Counter (index, "envs"): a tag of its own, so copy i's stream is not the
+  // one Rngs derives for call i of a stream with the same seed.
+  auto b = philox4x32_10({uint32_t(uint64_t(index)), uint32_t(uint64_t(index) >> 32), 0x656e7673u, 0},
+                         {uint32_t(seed), uint32_t(seed >> 32)});
+  return Generator(uint64_t(b[0]) | (uint64_t(b[1]) << 32));
+}
+
 }  // namespace kiln::rl

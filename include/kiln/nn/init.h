@@ -45,6 +45,12 @@ Initializer kaiming_normal(double a = 0.0);   // std sqrt(2 / ((1 + a^2) fan_in)
 Initializer xavier_uniform(double gain = 1.0);
 Initializer xavier_normal(double gain = 1.0);
 Initializer lecun_normal();                    // std 1/sqrt(fan_in) (Flax's default)
+// torch.nn.init.orthogonal_: a weight of rows = shape[0] and cols = the other
+// dims' product (2+ dims) becomes gain * Q, with Q from the QR decomposition
+// A = QR (R's diagonal made positive) of a [rows, cols] standard-normal A
+// drawn in f64 (transposed first when rows < cols): orthonormal rows or
+// columns, whichever are fewer, Haar-distributed. CleanRL's RL layers use it.
+Initializer orthogonal(double gain = 1.0);
 Initializer uniform(double low, double high);
 Initializer normal(double mean = 0.0, double std = 1.0);
 Initializer constant(double value);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kiln/core/dtype.h"
+#include "kiln/core/generator.h"
 #include "kiln/core/shape.h"
 #include "kiln/core/tensor.h"
 
@@ -53,7 +54,7 @@ struct EnvSpec {
   Space observation;
   Space action;
   int64_t max_episode_steps = 0;  // truncation horizon (0: none)
-  double reward_threshold = 0;    // the return that counts as solved (CartPole-v1: 475)
+  double reward_threshold = 0;    // the return that counts as solved (CartPole-v1: 475; NaN: none, as Pendulum-v1)
 };
 
 /// One vector-environment step. Every tensor is new (not a view of the
@@ -64,6 +65,8 @@ struct Transition {
   Tensor terminated;  // [E] bool: the episode reached a terminal state (do not bootstrap)
   Tensor truncated;   // [E] bool: the episode hit the time limit, not terminal (bootstrap from final_obs)
   Tensor final_obs;   // [E, *O] f32: the observation the episode ended in where done, else equal to obs
+  // Both flags are true where the time limit falls on a terminal step (as
+  // Gymnasium's TimeLimit reports it): terminated wins, do not bootstrap.
 
   /// terminated | truncated, [E] bool.
   Tensor done() const;
@@ -82,10 +85,18 @@ class VectorEnv {
   /// Resets every copy; copy i draws from a stream derived from (seed, i), so
   /// the same seed gives the same episodes for any E >= i + 1. Returns [E, *O].
   virtual Tensor reset(uint64_t seed) = 0;
-  /// actions [E, *A] in the action space (Discrete: [E] i64). Before reset()
-  /// or with an action outside the space: kiln::Error naming the env, the
-  /// argument and the shapes, and no copy changes state.
+  /// actions [E, *A] in the action space (Discrete: [E] i64). Before reset(),
+  /// with the wrong shape or dtype, or with an action the environment refuses
+  /// (outside a Discrete space, NaN): kiln::Error naming the env, the argument
+  /// and the shapes, and no copy changes state. A Box action outside its
+  /// bounds is clipped where the reference environment clips it (Pendulum).
   virtual Transition step(const Tensor& actions) = 0;
 };
+
+/// The random stream of copy `index` of a vector environment reset with
+/// `seed` (one Philox block keyed by the seed): independent across copies and
+/// seeds, and the same for any number of copies. A copy's automatic resets
+/// keep drawing from it.
+Generator env_generator(uint64_t seed, int64_t index);
 
 }  // namespace kiln::rl
