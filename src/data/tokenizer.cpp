@@ -70,7 +70,7 @@ CharTokenizer::CharTokenizer(std::vector<char32_t> characters) : Tokenizer("Char
   for (size_t i = 0; i < characters.size(); ++i) {
     const char32_t c = characters[i];
     KILN_CHECK(c <= 0x10FFFF && !(c >= 0xD800 && c <= 0xDFFF), "CharTokenizer",
-               "character {} (U+{:04X}) is not a Unicode scalar value", i, uint32_t(c));
+               "character U+{:04X} at {} is not a Unicode scalar value", uint32_t(c), i);
     KILN_CHECK(i == 0 || characters[i - 1] < c, "CharTokenizer",
                "characters must be distinct and in increasing code point order: U+{:04X} at {} follows U+{:04X}",
                uint32_t(c), i, uint32_t(characters[i - 1]));

@@ -260,7 +260,7 @@ TEST(CharTokenizer, SortedVocabularyAndErrors) {
   EXPECT_KILN_ERROR(CharTokenizer::train(""), "[CharTokenizer.train] the text is empty");
   EXPECT_KILN_ERROR(CharTokenizer::train("ab\xc0\xaf"), "[CharTokenizer.train] the text is not valid UTF-8: byte 0xc0 at offset 2");
   EXPECT_KILN_ERROR(CharTokenizer({U'b', U'a'}), "[CharTokenizer] characters must be distinct and in increasing code point order");
-  EXPECT_KILN_ERROR(CharTokenizer({U'a', char32_t(0xD800)}), "is not a Unicode scalar value");
+  EXPECT_KILN_ERROR(CharTokenizer({U'a', char32_t(0xD800)}), "[CharTokenizer] character U+D800 at 1 is not a Unicode scalar value");
 
   // By name, as a command line picks one.
   EXPECT_EQ(train_tokenizer("char", "hello")->vocab_size(), 4);
