@@ -141,6 +141,7 @@ void mha_benches(std::vector<Bench>& out);        // MultiheadAttention, Transfo
 void recurrent_benches(std::vector<Bench>& out);  // lstm, gru fwd+bwd: recurrent_bench.cpp
 void optim_benches(std::vector<Bench>& out);      // one AdamW step, copy-bandwidth probe: optim_bench.cpp
 void io_benches(std::vector<Bench>& out);         // checkpoint save and load: io_bench.cpp
+void tokenizer_benches(std::vector<Bench>& out);  // BPE training, encode, decode: tokenizer_bench.cpp
 // Training workloads (issue 8; bench/run workloads): one file per family.
 void train_mlp_benches(std::vector<Bench>& out);  // mlp_b64, mlp_b256: train_mlp_bench.cpp
 void train_cnn_benches(std::vector<Bench>& out);  // cnn_b64: train_cnn_bench.cpp

@@ -108,6 +108,7 @@ std::vector<Bench> all_benches() {
   recurrent_benches(out);
   optim_benches(out);
   io_benches(out);
+  tokenizer_benches(out);
   train_mlp_benches(out);
   train_cnn_benches(out);
   train_gpt_benches(out);

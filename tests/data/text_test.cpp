@@ -1,4 +1,5 @@
-// ByteDataset and CharDataset: exact tokens of small files, the UTF-8 checks,
+// ByteDataset and CharDataset (ByteTokenizer and CharTokenizer over a file,
+// tests/data/tokenizer_test.cpp): exact tokens of small files, the UTF-8 checks,
 // and tinyshakespeare (65 characters, the char-rnn vocabulary) when present.
 #include "kiln/data/text.h"
 
@@ -54,7 +55,7 @@ TEST_F(TextFiles, BytesInNonOverlappingWindowsWithShiftedTargets) {
                                 "A"),
             (std::vector<int64_t>{255, 65}));
   EXPECT_KILN_ERROR(ByteDataset::decode(std::vector<int64_t>{65, 256}),
-                    "[ByteDataset.decode] id 256 at position 1 is not a byte (0..255)");
+                    "[ByteTokenizer.decode] id 256 at position 1 is outside the vocabulary [0, 256)");
 
   Batch out{empty({2, 4}, {.dtype = kI64}), empty({2, 4}, {.dtype = kI64})};
   std::vector<int64_t> idx{1, 0};
@@ -100,10 +101,10 @@ TEST_F(TextFiles, CharactersAreCodePointsNumberedBySortedVocabulary) {
             (std::vector<int64_t>{4, 1, 2}));
   EXPECT_EQ(ds.decode(ds.encode("b\xc3\xb1\xc3\xb1")), "b\xc3\xb1\xc3\xb1");
   EXPECT_KILN_ERROR(ds.encode("abz"),
-                    "[CharDataset.encode] character 'z' (U+007A) at position 2 is not in the vocabulary of");
-  EXPECT_KILN_ERROR(ds.encode("a\xff"), "[CharDataset.encode] the text is not valid UTF-8: byte 0xff at offset 1");
+                    "[CharTokenizer.encode] character 'z' (U+007A) at position 2 is not in the vocabulary");
+  EXPECT_KILN_ERROR(ds.encode("a\xff"), "[CharTokenizer.encode] the text is not valid UTF-8: byte 0xff at offset 1");
   EXPECT_KILN_ERROR(ds.decode(std::vector<int64_t>{0, 5}),
-                    "[CharDataset.decode] id 5 at position 1 is outside the vocabulary [0, 5)");
+                    "[CharTokenizer.decode] id 5 at position 1 is outside the vocabulary [0, 5)");
   EXPECT_KILN_ERROR(ds.decode(zeros({2, 2}, {.dtype = kI64})), "ids must be a 1-D i64 tensor, got [2, 2] i64");
 
   // A 4-byte character (U+1F600) is one token.
@@ -137,7 +138,7 @@ TEST_F(TextFiles, BadFilesAndArguments) {
   };
   for (const auto& [bytes, where] : bad) {
     const std::string p = file(bytes);
-    EXPECT_KILN_ERROR(CharDataset(p, 2), "[CharDataset] " + p + " is not valid UTF-8: " + where);
+    EXPECT_KILN_ERROR(CharDataset(p, 2), "[CharDataset] " + p + ": [CharTokenizer.train] the text is not valid UTF-8: " + where);
     EXPECT_EQ(ByteDataset(p, 2).vocab_size(), 256);  // any bytes are fine as bytes
   }
 }

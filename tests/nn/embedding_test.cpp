@@ -43,9 +43,13 @@ TEST(EmbeddingLayers, InitShapesAndDecay) {
   EXPECT_EQ(e.forward(idx).shape(), (Shape{2, 3, 64}));
   ByteEmbedding b(8, rngs);
   EXPECT_EQ(b.weight.shape(), (Shape{256, 8}));
-  EXPECT_EQ(b.forward(zeros({2, 5}, {.dtype = kU8})).shape(), (Shape{2, 5, 8}));
+  // Spec 002: u8 [B, T] -> [B, T, D] f32; [B, T, D] -> [B, T, 256] logits.
+  Tensor embedded = b.forward(zeros({2, 5}, {.dtype = kU8}));
+  EXPECT_EQ(embedded.shape(), (Shape{2, 5, 8}));
+  EXPECT_EQ(embedded.dtype(), kF32);
   ByteOutputHead h(8, rngs);
-  EXPECT_EQ(h.forward(ones({2, 5, 8})).shape(), (Shape{2, 5, 256}));
+  EXPECT_EQ(h.forward(embedded).shape(), (Shape{2, 5, 256}));
+  EXPECT_EQ(h.forward(embedded).dtype(), kF32);
   EXPECT_TRUE(h.weight.decay());
   EXPECT_FALSE(h.bias.decay());
   EXPECT_EQ(h.state_dict().keys(), (std::vector<std::string>{"weight", "bias"}));
