@@ -66,6 +66,8 @@
 #include "kiln/data/text.h"
 #include "kiln/data/tokenizer.h"
 #include "kiln/models/classifiers.h"
+#include "kiln/models/causal_lm.h"
+#include "kiln/models/generate.h"
 #include "kiln/models/gpt.h"
 #include "kiln/rl/cartpole.h"
 #include "kiln/rl/env.h"
