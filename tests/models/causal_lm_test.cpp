@@ -75,7 +75,8 @@ TEST(CausalLM, LlamaStyleLayout) {
   CausalLM lm(golden_config(true), rngs);
   std::vector<std::string> k = testing::state_dict_keys(lm);
   EXPECT_EQ(k.front(), "transformer.wte.weight");
-  EXPECT_EQ(k[1], "transformer.h.0.norm1.weight");  // no wpe
+  EXPECT_EQ(k[1], "transformer.h.0.self_attn.in_proj_weight");  // no wpe
+  for (const auto& key : k) EXPECT_EQ(key.find("bias"), std::string::npos) << key;
   EXPECT_EQ(k.back(), "lm_head.weight");
   EXPECT_FALSE(lm.wpe);
   EXPECT_FALSE(lm.ln_f);

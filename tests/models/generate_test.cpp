@@ -65,7 +65,7 @@ std::vector<double> reference(std::vector<double> x, double temperature, int64_t
   std::vector<double> sorted = x;
   std::sort(sorted.rbegin(), sorted.rend());
   std::vector<bool> in(V, true);
-  if (k > 0)
+  if (k > 0 && size_t(k) < V)
     for (size_t i = 0; i < V; ++i) in[i] = x[i] >= sorted[size_t(k - 1)];
   double m = -1e300, s = 0;
   for (size_t i = 0; i < V; ++i)
