@@ -111,8 +111,14 @@ PPOJobResult run_ppo(const PPOJobOptions& o) {
   if (o.resume) {
     io::CheckpointManager manager(ckpt_dir);
     KILN_CHECK(manager.latest().has_value(), kOp, "--resume: no checkpoint in {}", ckpt_dir);
-    fmt::print(log, "resuming from {}\n", *manager.latest());
-    ckpt.load(*manager.latest());
+    const std::string path = *manager.latest();
+    const std::string config = io::read_checkpoint_info(path).config;
+    const size_t at = config.find(R"("env":")");
+    const std::string saved_env = at == std::string::npos ? "" : config.substr(at + 7, config.find('"', at + 7) - at - 7);
+    KILN_CHECK(saved_env == p.env, kOp, "--resume: {} is a run of {}, not {}", path,
+               saved_env.empty() ? "no known environment" : saved_env, p.env);
+    fmt::print(log, "resuming from {}\n", path);
+    ckpt.load(path);
     KILN_CHECK(std::filesystem::exists(csv) && int64_t(std::filesystem::file_size(csv)) >= job.csv_bytes, kOp,
                "--resume: {} is missing or shorter than the {} bytes the checkpoint saw", csv, job.csv_bytes);
     std::filesystem::resize_file(csv, uintmax_t(job.csv_bytes));  // drop rows logged after the checkpoint

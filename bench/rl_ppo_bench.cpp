@@ -1,0 +1,31 @@
+// PPO end to end (issue 9; bench/torch_rl_ppo.py is PyTorch's side):
+// ppo_cartpole, the CartPole preset's training loop (kiln/rl/presets.h,
+// CleanRL's ppo.py update settings): 8 environments, 128-step rollouts, then
+// 4 epochs of 4 minibatches of 256 on the tanh 64-64 actor and critic. One
+// call is one PPO iteration (collection, GAE, the 16 updates); the figure is
+// environment steps per second (1024 per call).
+#include "bench/bench.h"
+#include "kiln/kiln.h"
+
+namespace bench {
+
+namespace {
+
+using namespace kiln;
+
+void ppo_cartpole_bench(const std::string& name) {
+  rl::PPOPreset p = rl::ppo_preset("cartpole");
+  p.ppo.total_timesteps = int64_t(1) << 40;  // never done; the rate anneals by a negligible amount
+  rl::CartPole env(p.num_envs);
+  Rngs rngs{{"params", 1}};
+  rl::MlpActorCritic agent(env.spec(), nn::Init(rngs), p.agent);
+  rl::PPO ppo(env, agent, p.ppo);
+  const double sec = seconds_per_call([&] { ppo.iterate(); }, 1.0);
+  emit(name, "throughput", "steps/s", double(p.ppo.num_steps * p.num_envs) / sec);
+}
+
+}  // namespace
+
+void rl_ppo_benches(std::vector<Bench>& out) { out.push_back({"ppo_cartpole", ppo_cartpole_bench}); }
+
+}  // namespace bench
