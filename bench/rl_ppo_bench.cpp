@@ -1,7 +1,7 @@
 // PPO end to end (issue 9; bench/torch_rl_ppo.py is PyTorch's side):
-// ppo_cartpole, the CartPole preset's training loop (kiln/rl/presets.h,
-// CleanRL's ppo.py update settings): 8 environments, 128-step rollouts, then
-// 4 epochs of 4 minibatches of 256 on the tanh 64-64 actor and critic. One
+// ppo_cartpole, CleanRL's ppo.py settings (PPOOptions' defaults) on 8
+// environments: 128-step rollouts, then 4 epochs of 4 minibatches of 256 on
+// the tanh 64-64 actor and critic (MlpActorCritic's defaults). One
 // call is one PPO iteration (collection, GAE, the 16 updates); the figure is
 // environment steps per second (1024 per call).
 #include "bench/bench.h"
@@ -14,14 +14,13 @@ namespace {
 using namespace kiln;
 
 void ppo_cartpole_bench(const std::string& name) {
-  rl::PPOPreset p = rl::ppo_preset("cartpole");
-  p.ppo.total_timesteps = int64_t(1) << 40;  // never done; the rate anneals by a negligible amount
-  rl::CartPole env(p.num_envs);
+  const rl::PPOOptions o{.total_timesteps = int64_t(1) << 40};  // never done; the rate anneals negligibly
+  rl::CartPole env(8);
   Rngs rngs{{"params", 1}};
-  rl::MlpActorCritic agent(env.spec(), nn::Init(rngs), p.agent);
-  rl::PPO ppo(env, agent, p.ppo);
+  rl::MlpActorCritic agent(env.spec(), nn::Init(rngs));
+  rl::PPO ppo(env, agent, o);
   const double sec = seconds_per_call([&] { ppo.iterate(); }, 1.0);
-  emit(name, "throughput", "steps/s", double(p.ppo.num_steps * p.num_envs) / sec);
+  emit(name, "throughput", "steps/s", double(o.num_steps * env.num_envs()) / sec);
 }
 
 }  // namespace
