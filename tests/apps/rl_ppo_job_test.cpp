@@ -49,26 +49,26 @@ void expect_same_tensors(const std::string& a, const std::string& b) {
 TEST(RlPpoJob, CartPoleSmoke) {
   std::string dir = kiln::testing::fresh_dir();
   std::ostringstream log;
-  // 4 envs x 128 steps: 8 iterations of 512; evaluations (and checkpoints) at 2048 and 4096.
+  // 4 envs x 32 steps: 32 iterations of 128; evaluations (and checkpoints) at 2048 and 4096.
   PPOJobResult r = run_ppo({.env = "cartpole", .seed = 3, .total_steps = 4096, .envs = 4, .out = dir,
                             .eval_every = 2048, .eval_episodes = 4, .log = &log});
-  EXPECT_EQ(r.iterations, 8);
+  EXPECT_EQ(r.iterations, 32);
   EXPECT_EQ(r.global_step, 4096);
   EXPECT_EQ(r.target_return, 475);
   // CartPole's returns are episode lengths: at least 8, at most 500.
   EXPECT_GE(r.eval_return, 8);
   EXPECT_LE(r.eval_return, 500);
   std::vector<std::string> rows = read_lines(r.csv);
-  ASSERT_EQ(rows.size(), 1u + 8u);
+  ASSERT_EQ(rows.size(), 1u + 32u);
   EXPECT_EQ(rows[0].substr(0, 22), "iteration,global_step,");
-  EXPECT_EQ(rows[1].substr(0, 7), "1,512,0");
+  EXPECT_EQ(rows[1].substr(0, 7), "1,128,0");
   EXPECT_EQ(io::read_checkpoint_info(r.checkpoint).config.find(R"("env":"CartPole-v1")") != std::string::npos, true);
   EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/step-2048.safetensors"));
   std::string text = log.str();
-  EXPECT_NE(text.find("ppo CartPole-v1: 9155 parameters · 4 envs x 128 steps · 8 iterations of 512 steps · seed 3"),
+  EXPECT_NE(text.find("ppo CartPole-v1: 9155 parameters · 4 envs x 32 steps · 32 iterations of 128 steps · seed 3"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("iter 8/8 · step 4096 · return "), std::string::npos) << text;
+  EXPECT_NE(text.find("iter 32/32 · step 4096 · return "), std::string::npos) << text;
   EXPECT_NE(text.find("eval step 2048: "), std::string::npos) << text;
   EXPECT_NE(text.find("CartPole-v1 after 4096 steps"), std::string::npos) << text;
   std::filesystem::remove_all(dir);
@@ -103,10 +103,10 @@ void expect_exact_resume(const PPOJobOptions& base, int64_t stop_at) {
 }
 
 TEST(RlPpoJob, CartPoleResumeIsExact) {
-  // 8 iterations of 512 steps, checkpoints every 1024: stop after 2 iterations.
+  // 32 iterations of 128 steps, checkpoints every 1024: stop after 8 iterations.
   expect_exact_resume({.env = "cartpole", .seed = 5, .total_steps = 4096, .envs = 4, .eval_every = 1024,
                        .eval_episodes = 2},
-                      2);
+                      8);
 }
 
 TEST(RlPpoJob, PendulumResumeIsExact) {
@@ -127,13 +127,13 @@ TEST(RlPpoJob, Errors) {
   EXPECT_KILN_ERROR(run_ppo({.out = dir, .eval_every = -1, .log = &log}), "--eval-every must be non-negative");
   EXPECT_KILN_ERROR(run_ppo({.out = dir, .eval_episodes = 0, .log = &log}), "--eval-episodes must be positive, got 0");
   EXPECT_KILN_ERROR(run_ppo({.total_steps = 100, .out = dir, .log = &log}),
-                    "total_timesteps 100 is less than one rollout of 1024 steps");
+                    "total_timesteps 100 is less than one rollout of 256 steps");
   EXPECT_KILN_ERROR(run_ppo({.out = dir, .resume = true, .log = &log}), "--resume: no checkpoint in");
 
   // A checkpoint of 2 environments does not resume with 4, nor as Pendulum.
   run_ppo({.total_steps = 512, .envs = 2, .out = dir, .eval_episodes = 1, .log = &log});
   EXPECT_KILN_ERROR(run_ppo({.total_steps = 1024, .envs = 4, .out = dir, .resume = true, .log = &log}),
-                    "the state is of 2 environments x 128 steps, this PPO runs 4 x 128");
+                    "the state is of 2 environments x 32 steps, this PPO runs 4 x 32");
   EXPECT_KILN_ERROR(run_ppo({.env = "pendulum", .total_steps = 1024, .envs = 2, .out = dir, .resume = true, .log = &log}),
                     "is a run of CartPole-v1, not Pendulum-v1");
   std::filesystem::remove_all(dir);
