@@ -86,6 +86,11 @@ PPOJobResult run_ppo(const PPOJobOptions& o) {
   if (o.total_steps > 0) p.ppo.total_timesteps = o.total_steps;
   if (o.envs > 0) p.num_envs = o.envs;
   p.ppo.seed = o.seed;
+  // The thread count is process-wide: set for the job, restored after it.
+  struct Threads {
+    int before = get_num_threads();
+    ~Threads() { set_num_threads(before); }
+  } threads_guard;
   if (o.threads > 0) set_num_threads(o.threads);
   std::ostream& log = o.log ? *o.log : std::cout;
 
