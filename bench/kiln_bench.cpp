@@ -116,6 +116,7 @@ std::vector<Bench> all_benches() {
   train_lstm_benches(out);
   rl_env_benches(out);
   generate_benches(out);
+  rl_ppo_benches(out);
   return out;
 }
 

@@ -1,12 +1,15 @@
 // kiln: the command-line tool.
 //   kiln train fashion-mnist [--model cnn|mlp] [--epochs N] [--batch-size N] [--lr X]
 //                            [--threads N] [--out DIR] [--resume [latest|PATH]] ...
+//   kiln rl ppo cartpole|pendulum [--seed N] [--total-steps N] [--envs N] [--out DIR] [--resume]
+//                                 [--threads N] [--eval-every N] [--eval-episodes N]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdio>
 
 #include "apps/kiln/fashion_mnist.h"
+#include "apps/kiln/rl.h"
 #include "kiln/core/error.h"
 
 int main(int argc, char** argv) {
@@ -35,12 +38,36 @@ int main(int argc, char** argv) {
   fashion->add_option("--limit", o.limit, "train on the first N images only")->check(CLI::NonNegativeNumber);
   fashion->add_option("--test-limit", o.test_limit, "test on the first N images only")->check(CLI::NonNegativeNumber);
 
+  // kiln rl <algorithm> <env>: one subcommand per algorithm under `rl`, each
+  // with its environments as positional choices.
+  auto* rl = app.add_subcommand("rl", "train a reinforcement-learning agent");
+  rl->require_subcommand(1);
+  auto* ppo = rl->add_subcommand("ppo", "PPO with a tuned preset (docs/rl.md)");
+  kiln::app::PPOJobOptions ppo_o;
+  ppo->add_option("env", ppo_o.env, "cartpole (CartPole-v1) or pendulum (Pendulum-v1)")
+      ->required()
+      ->check(CLI::IsMember({"cartpole", "pendulum"}));
+  ppo->add_option("--seed", ppo_o.seed, "seed of parameters, actions, minibatches and resets")->capture_default_str();
+  ppo->add_option("--total-steps", ppo_o.total_steps, "environment steps (default: the preset's)")
+      ->check(CLI::PositiveNumber);
+  ppo->add_option("--envs", ppo_o.envs, "training environments (default: the preset's)")->check(CLI::PositiveNumber);
+  ppo->add_option("--out", ppo_o.out, "output folder: metrics.csv, checkpoints/ (default: runs/ppo-<env>)");
+  ppo->add_flag("--resume", ppo_o.resume, "continue from the newest checkpoint in --out");
+  ppo->add_option("--threads", ppo_o.threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  ppo->add_option("--eval-every", ppo_o.eval_every, "environment steps between evaluations and checkpoints")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  ppo->add_option("--eval-episodes", ppo_o.eval_episodes, "episodes per deterministic evaluation")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (fashion->parsed()) {
       if (fashion->count("--resume") > 0 && o.resume.empty()) o.resume = "latest";
       kiln::app::train_fashion_mnist(o);
     }
+    if (ppo->parsed()) kiln::app::run_ppo(ppo_o);
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "kiln: %s\n", e.what());
     return 1;
