@@ -173,11 +173,11 @@ PPOJobResult run_ppo(const PPOJobOptions& o) {
       if (job.solved_step < 0 && e.mean_return >= p.target_return) job.solved_step = s.global_step;
       while (job.next_eval <= s.global_step) job.next_eval += o.eval_every > 0 ? o.eval_every : p.ppo.total_timesteps;
     }
-    fmt::print(log, "iter {}/{} · step {} · return {} ({} episodes) · pg {:.4f} · v {:.4f} · ent {:.3f} · kl {:.2g} · "
+    fmt::print(log, "iter {}/{} · step {} · return {} ({} episode{}) · pg {:.4f} · v {:.4f} · ent {:.3f} · kl {:.2g} · "
                "{:.0f} steps/s\n",
                s.iteration, ppo.num_iterations(), s.global_step,
                std::isnan(s.mean_return) ? std::string("-") : fmt::format("{:.1f}", s.mean_return), s.episodes,
-               s.policy_loss, s.value_loss, s.entropy, s.approx_kl, sps);
+               s.episodes == 1 ? "" : "s", s.policy_loss, s.value_loss, s.entropy, s.approx_kl, sps);
     if (evaluate)
       fmt::print(log, "eval step {}: {:.1f} ± {:.1f} over {} episodes{}\n", s.global_step, eval_return, eval_std,
                  o.eval_episodes,
