@@ -53,7 +53,9 @@ int main(int argc, char** argv) {
   ppo->add_option("--envs", ppo_o.envs, "training environments (default: the preset's)")->check(CLI::PositiveNumber);
   ppo->add_option("--out", ppo_o.out, "output folder: metrics.csv, checkpoints/ (default: runs/ppo-<env>)");
   ppo->add_flag("--resume", ppo_o.resume, "continue from the newest checkpoint in --out");
-  ppo->add_option("--threads", ppo_o.threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  ppo->add_option("--threads", ppo_o.threads, "threads (0: all cores)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   ppo->add_option("--eval-every", ppo_o.eval_every, "environment steps between evaluations and checkpoints")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

@@ -119,7 +119,8 @@ PPOJobResult run_ppo(const PPOJobOptions& o) {
     const std::string path = *manager.latest();
     const std::string config = io::read_checkpoint_info(path).config;
     const size_t at = config.find(R"("env":")");
-    const std::string saved_env = at == std::string::npos ? "" : config.substr(at + 7, config.find('"', at + 7) - at - 7);
+    const std::string saved_env =
+        at == std::string::npos ? "" : config.substr(at + 7, config.find('"', at + 7) - at - 7);
     KILN_CHECK(saved_env == p.env, kOp, "--resume: {} is a run of {}, not {}", path,
                saved_env.empty() ? "no known environment" : saved_env, p.env);
     fmt::print(log, "resuming from {}\n", path);
@@ -172,14 +173,15 @@ PPOJobResult run_ppo(const PPOJobOptions& o) {
       if (job.solved_step < 0 && e.mean_return >= p.target_return) job.solved_step = s.global_step;
       while (job.next_eval <= s.global_step) job.next_eval += o.eval_every > 0 ? o.eval_every : p.ppo.total_timesteps;
     }
-    fmt::print(log, "iter {}/{} · step {} · return {} ({} episodes) · pg {:.4f} · v {:.4f} · ent {:.3f} · kl {:.2g} · "
+    fmt::print(log, "iter {}/{} · step {} · return {} ({} episode{}) · pg {:.4f} · v {:.4f} · ent {:.3f} · kl {:.2g} · "
                "{:.0f} steps/s\n",
                s.iteration, ppo.num_iterations(), s.global_step,
                std::isnan(s.mean_return) ? std::string("-") : fmt::format("{:.1f}", s.mean_return), s.episodes,
-               s.policy_loss, s.value_loss, s.entropy, s.approx_kl, sps);
+               s.episodes == 1 ? "" : "s", s.policy_loss, s.value_loss, s.entropy, s.approx_kl, sps);
     if (evaluate)
       fmt::print(log, "eval step {}: {:.1f} ± {:.1f} over {} episodes{}\n", s.global_step, eval_return, eval_std,
-                 o.eval_episodes, job.solved_step == s.global_step ? fmt::format(" · solved (≥ {})", p.target_return) : "");
+                 o.eval_episodes,
+                 job.solved_step == s.global_step ? fmt::format(" · solved (≥ {})", p.target_return) : "");
     fmt::print(csv_out, "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", s.iteration, s.global_step, elapsed(),
                s.learning_rate, s.episodes, cell(s.mean_return), cell(s.mean_length), s.policy_loss, s.value_loss,
                s.entropy, s.approx_kl, s.clipfrac, cell(s.explained_variance), sps, cell(eval_return), cell(eval_std));

@@ -134,7 +134,8 @@ TEST(RlPpoJob, Errors) {
   run_ppo({.total_steps = 512, .envs = 2, .out = dir, .eval_episodes = 1, .log = &log});
   EXPECT_KILN_ERROR(run_ppo({.total_steps = 1024, .envs = 4, .out = dir, .resume = true, .log = &log}),
                     "the state is of 2 environments x 32 steps, this PPO runs 4 x 32");
-  EXPECT_KILN_ERROR(run_ppo({.env = "pendulum", .total_steps = 1024, .envs = 2, .out = dir, .resume = true, .log = &log}),
+  EXPECT_KILN_ERROR(
+      run_ppo({.env = "pendulum", .total_steps = 1024, .envs = 2, .out = dir, .resume = true, .log = &log}),
                     "is a run of CartPole-v1, not Pendulum-v1");
   std::filesystem::remove_all(dir);
 }
