@@ -194,6 +194,22 @@ Tensor empty_heads(const Tensor& like, int64_t B, int64_t H, int64_t T, int64_t 
   return transpose(Tensor::empty({B, T, H, D}, like.dtype()), 1, 2);
 }
 
+// Whether q, k, v are the heads of one [B, T, 3 H Dh] projection split along
+// its last dim (MultiheadAttention's self-attention): token-major views of one
+// storage with strides [T 3C, Dh, 3C, 1], k starting where q's columns end
+// and v where k's end (C = H Dh).
+bool one_projection(const Tensor& q, const Tensor& k, const Tensor& v, const Problem& p) {
+  const int64_t C = p.H * p.Dh;
+  if (p.Tq != p.Tk || p.Dh != p.Dv || !token_major(q)) return false;
+  const int64_t want[4] = {p.Tq * 3 * C, p.Dh, 3 * C, 1};
+  for (const Tensor* t : {&q, &k, &v}) {
+    if (!t->is_same_storage(q) || t->dtype() != q.dtype()) return false;
+    for (size_t i = 0; i < 4; ++i)
+      if (t->strides()[i] != want[i]) return false;
+  }
+  return k.storage_offset() == q.storage_offset() + C && v.storage_offset() == k.storage_offset() + C;
+}
+
 AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const Problem& p) {
   const cpu::AttentionShape s = kernel_shape(p);
   Tensor out = empty_heads(q, p.B, p.H, p.Tq, p.Dv);
@@ -208,8 +224,20 @@ AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const P
       if (GradMode::is_enabled()) return composed_grads(q, k, v, a.grad(), p);
       // Gradients in their inputs' layouts: token-major heads flow back to the
       // [B, T, H * Dh] projections as views.
-      Tensor dq = empty_heads(q, p.B, p.H, p.Tq, p.Dh), dk = empty_heads(k, p.B, p.H, p.Tk, p.Dh),
-             dv = empty_heads(v, p.B, p.H, p.Tk, p.Dv);
+      Tensor dq, dk, dv;
+      if (a.needs(0) && a.needs(1) && a.needs(2) && one_projection(q, k, v, p)) {
+        // One [B, T, 3C] buffer laid out like the projection: split's vjp
+        // joins the three gradients as a view of it instead of a cat copy.
+        const int64_t C = p.H * p.Dh;
+        Tensor g = Tensor::empty({p.B, p.Tq, 3 * C}, q.dtype());
+        dq = Tensor::make_view(g.storage(), q.shape(), q.strides(), 0, q.dtype());
+        dk = Tensor::make_view(g.storage(), k.shape(), k.strides(), C, k.dtype());
+        dv = Tensor::make_view(g.storage(), v.shape(), v.strides(), 2 * C, v.dtype());
+      } else {
+        dq = empty_heads(q, p.B, p.H, p.Tq, p.Dh);
+        dk = empty_heads(k, p.B, p.H, p.Tk, p.Dh);
+        dv = empty_heads(v, p.B, p.H, p.Tk, p.Dv);
+      }
       cpu::flash_attention_backward(s, unit_rows(q), unit_rows(k), unit_rows(v), a.saved[3], a.grad(), a.saved[4],
                                     dq, dk, dv);
       return {a.needs(0) ? dq : Tensor(), a.needs(1) ? dk : Tensor(), a.needs(2) ? dv : Tensor()};

@@ -2,6 +2,7 @@
 // constant pad, repeat, tril/triu. Vjps are the inverse rearrangements.
 #include <algorithm>
 
+#include "kiln/core/grad_mode.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/index.h"
 #include "kiln/ops/record.h"
@@ -104,6 +105,32 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
 
 namespace {
 
+// The gradients of split's pieces as one view when they already are the
+// consecutive slices along d of one tensor (same storage, dtype and strides,
+// each starting where the one before ends): the attention's q, k, v gradients
+// written into one [B, T, 3 C] buffer join with no copy. Undefined otherwise,
+// and always under create_graph (the view would not be on the tape).
+Tensor joined(const std::vector<Tensor>& gs, int64_t d) {
+  if (GradMode::is_enabled() || gs.empty()) return {};
+  const Tensor& g0 = gs[0];
+  if (!g0.defined() || g0.requires_grad()) return {};
+  const int64_t step = g0.strides()[size_t(d)];
+  if (step <= 0) return {};  // expanded along d: cat makes a fresh tensor
+  int64_t next = g0.storage_offset(), len = 0;
+  for (const Tensor& g : gs) {
+    if (!g.defined() || g.requires_grad() || !g.is_same_storage(g0) || g.dtype() != g0.dtype() ||
+        g.strides() != g0.strides() || g.storage_offset() != next || g.shape()[size_t(d)] == 0)
+      return {};
+    for (int64_t k = 0; k < g.dim(); ++k)
+      if (k != d && g.shape()[size_t(k)] != g0.shape()[size_t(k)]) return {};
+    next += g.shape()[size_t(d)] * step;
+    len += g.shape()[size_t(d)];
+  }
+  Shape s = g0.shape();
+  s[size_t(d)] = len;
+  return alias(g0, std::move(s), g0.strides(), g0.storage_offset());
+}
+
 // Views of x along d with the given sizes (dropping d when `drop_dim`, for
 // unbind), recorded as one node whose vjp joins the gradients back.
 std::vector<Tensor> pieces(const char* op, const Tensor& x, int64_t d, const std::vector<int64_t>& sizes,
@@ -125,6 +152,9 @@ std::vector<Tensor> pieces(const char* op, const Tensor& x, int64_t d, const std
   if (needs_grad(x))
     record(op, std::span<const Tensor>(&x, 1), std::span<const Tensor>(out), {}, [d, drop_dim](const VjpArgs& a) -> Grads {
       std::vector<Tensor> gs(a.grads.begin(), a.grads.end());
+      if (!drop_dim) {
+        if (Tensor whole = joined(gs, d); whole.defined()) return {whole};
+      }
       return {drop_dim ? stack(gs, d) : cat(gs, d)};
     });
   return out;

@@ -51,6 +51,9 @@ TEST(AttentionLayout, TokenMajorHeadsMatchContiguous) {
       EXPECT_TRUE(equal(out, ref));
       out.backward(g);
       ref.backward(g);
+      // The three gradients are written into one [B, T, 3C] buffer that split's
+      // vjp passes on as it is (no cat): x's gradient is contiguous.
+      EXPECT_TRUE(a.x.grad().is_contiguous());
       std::vector<Tensor> dx = split(a.x.grad(), c.H * c.Dh, 2);
       EXPECT_TRUE(equal(transpose(reshape(dx[0], {c.B, c.T, c.H, c.Dh}), 1, 2), q.grad())) << "dq";
       EXPECT_TRUE(equal(transpose(reshape(dx[1], {c.B, c.T, c.H, c.Dh}), 1, 2), k.grad())) << "dk";

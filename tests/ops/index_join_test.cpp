@@ -270,6 +270,33 @@ TEST(RearrangeGrad, SecondOrder) {
       {leaf({3, 3}, 5)});
 }
 
+TEST(SplitGrad, GradientsThatTileOneTensorJoinAsAView) {
+  // split's vjp: gradients that are the consecutive slices of one tensor (the
+  // attention's q, k, v gradients in one [B, T, 3C] buffer) come back as a
+  // view of it, no cat; anything else is a fresh cat with the same values.
+  Generator gen(3);
+  Tensor x = randn({4, 6}, gen).requires_grad_(true);
+  std::vector<Tensor> parts = split(x, 2, 1);
+  Tensor whole = randn({4, 6}, gen);
+  std::vector<Tensor> slices = split(whole, 2, 1);
+  Tensor gx = grad(parts, {x}, slices, /*retain_graph=*/true)[0];
+  EXPECT_TRUE(gx.is_same_storage(whole));
+  EXPECT_TRUE(equal(gx, whole));
+  for (const std::vector<Tensor>& gs : {std::vector<Tensor>{slices[1], slices[0], slices[2]},
+                                         std::vector<Tensor>{slices[0], contiguous(slices[1]), slices[2]}}) {
+    Tensor g2 = grad(parts, {x}, gs, /*retain_graph=*/true)[0];
+    EXPECT_FALSE(g2.is_same_storage(whole));
+    EXPECT_TRUE(equal(g2, cat(gs, 1)));
+  }
+  // create_graph: the join stays on the tape (a cat), so it can be differentiated.
+  Tensor w = randn({4, 6}, gen).requires_grad_(true);
+  std::vector<Tensor> ws = split(w, 2, 1);
+  Tensor g3 = grad(parts, {x}, ws, false, true)[0];
+  EXPECT_FALSE(g3.is_same_storage(w));
+  EXPECT_TRUE(g3.requires_grad());
+  EXPECT_TRUE(equal(g3, w));
+}
+
 TEST(RearrangeErrors, Messages) {
   Tensor x = zeros({2, 3});
   EXPECT_KILN_ERROR(flip(x, {1, -1}), "[flip] dim 1 appears more than once in dims [1, -1]");

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "src/ops/cpu/elementwise.h"
+#include "src/ops/cpu/elementwise_math.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -235,6 +236,34 @@ TEST(UnaryKernel, VectorizedF32MathWithinAFewUlp) {
     }
     EXPECT_LE(worst, c.max_ulp) << c.name << " at x = " << xs[at] << ": " << got[at] << " vs " << want[at];
   }
+}
+
+TEST(UnaryKernel, GeluBackwardF32SharesOneExpBitForBit) {
+  // The f32 GELU derivative computes e^(-x^2 / 2) once for Phi and phi
+  // (math::gelu_grad_f32); it must equal the two-exponential formula
+  // normal_cdf(x) + x exp(-0.5 x x) / sqrt(2 pi) bit for bit, including where
+  // erfc's exponent is clamped (|x| near 14.14) and at the special values.
+  std::vector<float> xs;
+  for (float x = -20.0f; x <= 20.0f; x += 0.000917f) xs.push_back(x);
+  for (float x = 14.0f; x <= 14.3f; x += 1e-5f) xs.push_back(-x), xs.push_back(x);
+  for (float x : {1e-40f, -3e-45f, 1e-19f, -1e-19f, FLT_MAX, -FLT_MAX, 0.0f, -0.0f, 0.84f, -0.84f, INFINITY, -INFINITY, NAN})
+    xs.push_back(x);
+  Tensor x = tensor<float>(xs).requires_grad_();
+  std::vector<float> gs(xs.size());
+  for (size_t i = 0; i < gs.size(); ++i) gs[i] = 0.5f + float(i % 7) * 0.25f;
+  gelu(x).backward(tensor<float>(gs));
+  auto got = x.grad().to_vector<float>();
+  int64_t bad = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float v = xs[i];
+    const float cdf = cpu::math::normal_cdf_f32(v);
+    const float pdf = cpu::exp_f32(-0.5f * v * v) * float(0.39894228040143267794);
+    const float want = gs[i] * (cdf + v * pdf);
+    if (std::memcmp(&got[i], &want, 4) != 0 && !(std::isnan(got[i]) && std::isnan(want))) {
+      if (bad++ < 3) ADD_FAILURE() << "x = " << v << ": " << got[i] << " vs " << want;
+    }
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 // ---------------------------------------------------------------------------

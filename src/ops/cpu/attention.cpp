@@ -126,14 +126,19 @@ void pack_rows(const A* src, int64_t ld, int64_t d, int64_t n, int64_t dp, A mul
 }
 
 // Keys [0, n) of a [n, d] block (key j at src + j * ls) transposed into
-// [d, ld] (columns n..np zero).
+// [d, ld] (columns n..np zero). Kept scalar: vectorised along the strided
+// side it became AVX-512 gathers (with the row sums' in backward_impl, about
+// a third of the backward's samples at gpt_char's shapes in perf annotate);
+// plain loads and stores of each key's row are cheaper.
 template <class A>
-void pack_transposed(const A* src, int64_t ls, int64_t d, int64_t n, int64_t np, int64_t ld, A* dst) {
-  for (int64_t c = 0; c < d; ++c) {
-    A* o = dst + c * ld;
-    for (int64_t j = 0; j < n; ++j) o[j] = src[j * ls + c];
-    for (int64_t j = n; j < np; ++j) o[j] = A(0);
+__attribute__((optimize("no-tree-vectorize"))) void pack_transposed(const A* src, int64_t ls, int64_t d, int64_t n,
+                                                                      int64_t np, int64_t ld, A* dst) {
+  for (int64_t j = 0; j < n; ++j) {
+    const A* s = src + j * ls;
+    for (int64_t c = 0; c < d; ++c) dst[c * ld + j] = s[c];
   }
+  for (int64_t c = 0; c < d; ++c)
+    for (int64_t j = n; j < np; ++j) dst[c * ld + j] = A(0);
 }
 
 // A [B, H, T, D] operand with unit stride along D and any other strides: head
@@ -212,8 +217,11 @@ void forward_impl(const AttentionShape& s, Heads<const A> q, Heads<const A> k, H
     // Scores are computed transposed, St [keys, kRows query rows] = K Qt, so
     // K is read in place and every softmax step is a vector over query rows.
     std::fill(Qt, Qt + Dh * kBq, A(0));
-    for (int64_t r = 0; r < nr; ++r)
-      for (int64_t d = 0; d < Dh; ++d) Qt[d * kBq + r] = qh[r * q.st + d] * scale;
+    const int64_t qst = q.st;  // a local: no reload (and gathers) per element
+    for (int64_t r = 0; r < nr; ++r) {
+      const A* qrow = qh + r * qst;
+      for (int64_t d = 0; d < Dh; ++d) Qt[d * kBq + r] = qrow[d] * scale;
+    }
     std::fill(O, O + kBq * Dvp, A(0));
     std::fill(m, m + kBq, ninf);
     std::fill(l, l + kBq, A(0));
@@ -273,15 +281,17 @@ void forward_impl(const AttentionShape& s, Heads<const A> q, Heads<const A> k, H
         gemm<A, true>(rn, Dvp, cols, St, 1, kRows, Vb, Dvp, O + r0 * Dvp, Dvp);
       }
     }
-    A* oh = out.head(bh, s.H) + i0 * out.st;
+    const int64_t ost = out.st;
+    A* oh = out.head(bh, s.H) + i0 * ost;
     A* lh = lse + bh * Tq + i0;
     for (int64_t r = 0; r < nr; ++r) {
       if (l[r] > A(0)) {
         const A inv = A(1) / l[r];
-        for (int64_t c = 0; c < Dv; ++c) oh[r * out.st + c] = O[r * Dvp + c] * inv;
+        A* orow = oh + r * ost;
+        for (int64_t c = 0; c < Dv; ++c) orow[c] = O[r * Dvp + c] * inv;
         lh[r] = m[r] + std::log(l[r]);
       } else {  // fully masked row: zero output, and exp(s - lse) = 0 in backward
-        std::fill(oh + r * out.st, oh + r * out.st + Dv, A(0));
+        std::fill(oh + r * ost, oh + r * ost + Dv, A(0));
         lh[r] = std::numeric_limits<A>::infinity();
       }
     }
@@ -332,10 +342,16 @@ void backward_impl(const AttentionShape& s, Heads<const A> q, Heads<const A> k, 
     pack_rows(kh, k.st, Dh, Tk, Dhp, A(1), Kp);
     std::fill(Kp + Tk * Dhp, Kp + Tkp * Dhp, A(0));
     std::fill(dQa, dQa + Tq * Dhp, A(0));
+    // Row pointers hoisted: with out.st read through the lambda's captured
+    // reference inside the loop, GCC vectorised it into AVX-512 gathers of
+    // contiguous data.
+    const int64_t ost = out.st;
     for (int64_t i = 0; i < Tq; ++i) {
+      const A* drow = dOp + i * Dvp;
+      const A* orow = oh + i * ost;
       A d = 0;
 #pragma omp simd reduction(+ : d)
-      for (int64_t c = 0; c < Dv; ++c) d += dOp[i * Dvp + c] * oh[i * out.st + c];
+      for (int64_t c = 0; c < Dv; ++c) d += drow[c] * orow[c];
       Di[i] = d;
     }
 

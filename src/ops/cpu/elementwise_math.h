@@ -55,12 +55,14 @@ inline float erf_small_f32(float x) {
   return x * p;
 }
 
-/// erfc(z) for z >= 0 given z^2 = z2 + lo exactly (lo from an fma, so that
-/// rounding z^2 does not cost digits deep in the tail): e^(-z^2) R(t) with
-/// t = 1 / (1 + z/2) and R a degree-10 fit over z in [0, 10] (6e-9
-/// relative). Within a few ulp down to the subnormals; 0 beyond z = 10
-/// (below the smallest subnormal), so gelu(-inf) = -inf * 0 is NaN like torch's.
-inline float erfc_f32(float z, float z2, float lo) {
+/// erfc(z) for z >= 0 given lo, the rounding error of z^2 (z^2 = z2 + lo
+/// exactly, lo from an fma, so that rounding z^2 does not cost digits deep in
+/// the tail), and ez2 = e^(-min(z2, 100)): e^(-z^2) R(t) with t = 1 / (1 +
+/// z/2) and R a degree-10 fit over z in [0, 10] (6e-9 relative). Within a few
+/// ulp down to the subnormals; 0 beyond z = 10 (below the smallest
+/// subnormal), so gelu(-inf) = -inf * 0 is NaN like torch's. Taking the
+/// exponential from the caller lets GELU's derivative share it with phi(x).
+inline float erfc_f32_exp(float z, float ez2, float lo) {
   float zc = z > 10.0f ? 10.0f : z;
   float t = 1.0f / (1.0f + 0.5f * zc);
   float r = 2.77467165e-2f;
@@ -74,9 +76,14 @@ inline float erfc_f32(float z, float z2, float lo) {
   r = r * t + 2.85289794e-1f;
   r = r * t + 2.81844199e-1f;
   r = r * t + 8.56950101e-6f;
-  z2 = z2 > 100.0f ? 100.0f : z2;
-  float v = exp_f32(-z2) * (1.0f - lo) * r;
+  float v = ez2 * (1.0f - lo) * r;
   return z > 10.0f ? 0.0f : v;
+}
+
+/// erfc(z) for z >= 0 given z^2 = z2 + lo exactly (erfc_f32_exp).
+inline float erfc_f32(float z, float z2, float lo) {
+  z2 = z2 > 100.0f ? 100.0f : z2;
+  return erfc_f32_exp(z, exp_f32(-z2), lo);
 }
 
 /// erf for f32 within 2 ulp; NaN stays NaN.
@@ -94,6 +101,21 @@ inline float normal_cdf_f32(float x) {
   float lo = std::fma(x, x, -x2);  // (x / sqrt 2)^2 = (x2 + lo) / 2 exactly
   float tail = 0.5f * erfc_f32(std::fabs(x) * 0.707106781186547524f, 0.5f * x2, 0.5f * lo);
   return x < 0.0f ? tail : 1.0f - tail;
+}
+
+/// Phi(x) + x phi(x), the exact GELU's derivative, with one exponential for
+/// both terms: e^(-x^2 / 2) is phi's and, clamped at e^-100, erfc's. Bit for
+/// bit normal_cdf_f32(x) + x * (exp_f32(-0.5 x x) / sqrt(2 pi)): halving x^2
+/// is exact, so -(0.5 x^2) and (-0.5 x) x round alike.
+inline float gelu_grad_f32(float x) {
+  float x2 = x * x;
+  float lo = std::fma(x, x, -x2);
+  float h = 0.5f * x2;
+  float e = exp_f32(-h);
+  float ez2 = h > 100.0f ? exp_f32(-100.0f) : e;  // a constant after folding
+  float tail = 0.5f * erfc_f32_exp(std::fabs(x) * 0.707106781186547524f, ez2, 0.5f * lo);
+  float cdf = x < 0.0f ? tail : 1.0f - tail;
+  return cdf + x * (e * 0.39894228040143267794f);
 }
 
 /// Natural log for f32 within ~2 ulp: x = m 2^e with m in [sqrt(1/2),

@@ -118,9 +118,13 @@ inline constexpr double kGeluKappa = 0.044715;
 
 template <class C> struct GeluBackward {
   C operator()(C g, C x) const {
-    C cdf = math::normal_cdf(x);
-    C pdf = math::exp(C(-0.5) * x * x) * C(kInvSqrt2Pi);
-    return g * (cdf + x * pdf);
+    if constexpr (std::is_same_v<C, float>) {
+      return g * math::gelu_grad_f32(x);  // one exponential for Phi and phi
+    } else {
+      C cdf = math::normal_cdf(x);
+      C pdf = math::exp(C(-0.5) * x * x) * C(kInvSqrt2Pi);
+      return g * (cdf + x * pdf);
+    }
   }
 };
 template <class C> struct GeluTanhBackward {
