@@ -115,6 +115,8 @@ std::vector<Bench> all_benches() {
   train_rl_benches(out);
   train_lstm_benches(out);
   rl_env_benches(out);
+  generate_benches(out);
+  rl_ppo_benches(out);
   return out;
 }
 

@@ -99,10 +99,8 @@ class LmTask : public train::Task {
   double grad_clip_;
 };
 
-json model_json(const models::GPTConfig& c) {
-  return {{"vocab_size", c.vocab_size}, {"block_size", c.block_size}, {"n_layer", c.n_layer}, {"n_head", c.n_head},
-          {"n_embd", c.n_embd},         {"dropout", c.dropout},       {"bias", c.bias}};
-}
+// The model's config as an object (CausalLMConfig's own JSON form).
+json model_json(const models::GPTConfig& c) { return json::parse(c.to_json()); }
 
 // What the checkpoint must agree with to be resumed (the loader and
 // scheduler states check the rest); eval_interval may change.
@@ -138,19 +136,11 @@ json read_config(const char* op, const std::string& path, io::CheckpointInfo& in
 }
 
 models::GPTConfig model_from_json(const char* op, const std::string& path, const json& m) {
-  models::GPTConfig c;
   try {
-    c.vocab_size = m.at("vocab_size").get<int64_t>();
-    c.block_size = m.at("block_size").get<int64_t>();
-    c.n_layer = m.at("n_layer").get<int64_t>();
-    c.n_head = m.at("n_head").get<int64_t>();
-    c.n_embd = m.at("n_embd").get<int64_t>();
-    c.dropout = m.at("dropout").get<double>();
-    c.bias = m.at("bias").get<bool>();
-  } catch (const json::exception& e) {
-    KILN_FAIL(op, "{}: bad model config {}: {}", path, m.dump(), e.what());
+    return models::GPTConfig::from_json(m.dump());
+  } catch (const Error& e) {
+    KILN_FAIL(op, "{}: its model config: {}", path, e.what());
   }
-  return c;
 }
 
 // The checkpoint file `path` names: itself, or a run folder's newest.

@@ -2,13 +2,19 @@
 //   kiln train fashion-mnist [--model cnn|mlp] [--epochs N] [--batch-size N] [--lr X]
 //                            [--threads N] [--out DIR] [--resume [latest|PATH]] ...
 //   kiln train lm --data FILE [--tokenizer char|byte|bpe] [--iters N] [--lr X] ... (apps/kiln/lm.h)
+//   kiln generate --checkpoint PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
+//                 [--top-p P] [--seed S] (apps/kiln/generate.h)
+//   kiln rl ppo cartpole|pendulum [--seed N] [--total-steps N] [--envs N] [--out DIR] [--resume]
+//                                 [--threads N] [--eval-every N] [--eval-episodes N]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdio>
 
 #include "apps/kiln/fashion_mnist.h"
+#include "apps/kiln/generate.h"
 #include "apps/kiln/lm.h"
+#include "apps/kiln/rl.h"
 #include "kiln/core/error.h"
 
 int main(int argc, char** argv) {
@@ -66,6 +72,39 @@ int main(int argc, char** argv) {
   lm->add_option("--resume", l.resume, "continue from a checkpoint: latest (in --out) or a path")
       ->expected(0, 1)
       ->default_str("latest");
+  // kiln rl <algorithm> <env>: one subcommand per algorithm under `rl`, each
+  // with its environments as positional choices.
+  auto* rl = app.add_subcommand("rl", "train a reinforcement-learning agent");
+  rl->require_subcommand(1);
+  auto* ppo = rl->add_subcommand("ppo", "PPO with a tuned preset (docs/rl.md)");
+  kiln::app::PPOJobOptions ppo_o;
+  ppo->add_option("env", ppo_o.env, "cartpole (CartPole-v1) or pendulum (Pendulum-v1)")
+      ->required()
+      ->check(CLI::IsMember({"cartpole", "pendulum"}));
+  ppo->add_option("--seed", ppo_o.seed, "seed of parameters, actions, minibatches and resets")->capture_default_str();
+  ppo->add_option("--total-steps", ppo_o.total_steps, "environment steps (default: the preset's)")
+      ->check(CLI::PositiveNumber);
+  ppo->add_option("--envs", ppo_o.envs, "training environments (default: the preset's)")->check(CLI::PositiveNumber);
+  ppo->add_option("--out", ppo_o.out, "output folder: metrics.csv, checkpoints/ (default: runs/ppo-<env>)");
+  ppo->add_flag("--resume", ppo_o.resume, "continue from the newest checkpoint in --out");
+  ppo->add_option("--threads", ppo_o.threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  ppo->add_option("--eval-every", ppo_o.eval_every, "environment steps between evaluations and checkpoints")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  ppo->add_option("--eval-episodes", ppo_o.eval_episodes, "episodes per deterministic evaluation")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
+  auto* gen = app.add_subcommand("generate", "sample text from a `kiln train lm` checkpoint, streamed");
+  kiln::app::GenerateTextOptions g;
+  gen->add_option("--checkpoint", g.checkpoint, "a checkpoint file, or a run folder (its newest)")->required();
+  gen->add_option("--prompt", g.prompt, "the text to continue")->capture_default_str();
+  gen->add_option("--max-new-tokens", g.max_new_tokens, "tokens to sample")->check(CLI::NonNegativeNumber)->capture_default_str();
+  gen->add_option("--temperature", g.temperature, "logits / T; 0: greedy")->check(CLI::NonNegativeNumber)->capture_default_str();
+  gen->add_option("--top-k", g.top_k, "sample among the k likeliest (0: all)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  gen->add_option("--top-p", g.top_p, "nucleus: the likeliest tokens up to this mass")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  gen->add_option("--seed", g.seed, "seed of the draws")->capture_default_str();
+  gen->add_option("--threads", g.threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -77,6 +116,8 @@ int main(int argc, char** argv) {
       if (lm->count("--resume") > 0 && l.resume.empty()) l.resume = "latest";
       kiln::app::train_lm(l);
     }
+    if (ppo->parsed()) kiln::app::run_ppo(ppo_o);
+    if (gen->parsed()) kiln::app::generate_text(g);
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "kiln: %s\n", e.what());
     return 1;

@@ -10,12 +10,15 @@
 #include <fmt/format.h>
 
 #include "kiln/core/error.h"
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/creation.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/dropout.h"
 #include "kiln/ops/index.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/rotary.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
 
@@ -78,10 +81,14 @@ MultiheadAttention::MultiheadAttention(int64_t D, int64_t H, const Init& init, c
       kdim(o.kdim.value_or(D)),
       vdim(o.vdim.value_or(D)),
       dropout(o.dropout),
-      policy(o.policy) {
+      policy(o.policy),
+      rotary(o.rotary),
+      rotary_base(o.rotary_base) {
   KILN_CHECK(D > 0 && H > 0, kMha, "embed_dim {} and num_heads {} must be positive", D, H);
   KILN_CHECK(D % H == 0, kMha, "embed_dim {} is not divisible by num_heads {}", D, H);
   KILN_CHECK(kdim > 0 && vdim > 0, kMha, "kdim {} and vdim {} must be positive", kdim, vdim);
+  KILN_CHECK(!rotary || (head_dim % 2 == 0 && rotary_base > 0), kMha,
+             "rotary needs an even head_dim and a positive base, got head_dim {} and base {}", head_dim, rotary_base);
   KILN_CHECK(dropout >= 0 && dropout <= 1, kMha, "dropout must be in [0, 1], got {}", dropout);
   KILN_CHECK(!(dropout > 0 && policy == AttentionBackend::Flash), kMha,
              "dropout {} on the attention weights needs them materialised: use policy Auto or Standard, not Flash",
@@ -136,6 +143,24 @@ AttentionOutput MultiheadAttention::run(const Tensor& query_in, const Tensor& ke
              "query {} {}, key {} {} and value {} {} must have the layer's dtype {}", to_string(query.shape()),
              name(query.dtype()), to_string(key.shape()), name(key.dtype()), to_string(value.shape()),
              name(value.dtype()), name(dt));
+  KVCache* cache = call.cache;
+  if (cache) {
+    KILN_CHECK(query_in.is_same(key_in) && key_in.is_same(value_in), kMha,
+               "a KV cache is for self-attention: query, key and value must be one tensor");
+    KILN_CHECK(!GradMode::is_enabled(), kMha, "a KV cache is for inference: run under NoGradGuard");
+    KILN_CHECK(!call.mask.defined() && !call.additive_mask.defined() && !call.need_weights, kMha,
+               "a call with a KV cache takes no mask, additive_mask or need_weights");
+    KILN_CHECK(cache->key.defined() && cache->value.defined() && cache->key.dim() == 4 &&
+                   cache->key.shape() == cache->value.shape() && cache->key.size(0) == B && cache->key.size(1) == H &&
+                   cache->key.size(3) == head_dim && cache->key.dtype() == dt && cache->value.dtype() == dt,
+               kMha, "cache key {} {} and value {} {} must be [B, H, capacity, Dh] = [{}, {}, capacity, {}] {}",
+               cache->key.defined() ? to_string(cache->key.shape()) : "undefined",
+               cache->key.defined() ? name(cache->key.dtype()) : "-",
+               cache->value.defined() ? to_string(cache->value.shape()) : "undefined",
+               cache->value.defined() ? name(cache->value.dtype()) : "-", B, H, head_dim, name(dt));
+    KILN_CHECK(cache->length >= 0 && cache->length + Tq <= cache->capacity(), kMha,
+               "cache holds {} of {} positions: {} more do not fit", cache->length, cache->capacity(), Tq);
+  }
   const Shape full{B, H, Tq, Tk};
   if (call.mask.defined()) {
     KILN_CHECK(call.mask.dtype() == kBool, kMha, "mask {} {} must be bool (true = allowed)",
@@ -187,6 +212,19 @@ AttentionOutput MultiheadAttention::run(const Tensor& query_in, const Tensor& ke
 
   // ---- attention per head: [B, H, Tq, Dh] ----
   Tensor qh = split_heads(q, H), kh = split_heads(k, H), vh = split_heads(v, H);
+  const int64_t offset = cache ? cache->length : 0;  // position of query row 0
+  if (rotary) {
+    qh = rotary_embedding(qh, {.base = rotary_base, .offset = offset});
+    kh = rotary_embedding(kh, {.base = rotary_base, .offset = offset});
+  }
+  if (cache) {  // append the new rows, then attend over all length + Tq of them
+    const int64_t n = offset + Tq;
+    copy_(narrow(cache->key, 2, offset, Tq), kh);
+    copy_(narrow(cache->value, 2, offset, Tq), vh);
+    cache->length = n;
+    kh = narrow(cache->key, 2, 0, n);
+    vh = narrow(cache->value, 2, 0, n);
+  }
   AttentionOptions ao{.mask = call.mask,
                       .additive_mask = to_compute(call.additive_mask),
                       .causal = call.causal,
@@ -222,11 +260,19 @@ AttentionOutput MultiheadAttention::run(const Tensor& query_in, const Tensor& ke
   return result;
 }
 
+KVCache MultiheadAttention::make_cache(int64_t batch, int64_t capacity) const {
+  KILN_CHECK(batch > 0 && capacity > 0, kMha, "make_cache: batch {} and capacity {} must be positive", batch,
+             capacity);
+  const TensorOptions o{.dtype = compute_dtype().value_or(out_proj->weight.dtype())};
+  return KVCache{zeros({batch, num_heads, capacity, head_dim}, o), zeros({batch, num_heads, capacity, head_dim}, o), 0};
+}
+
 std::string MultiheadAttention::extra_repr() const {
   std::string s = fmt::format("embed_dim={}, num_heads={}, dropout={}, bias={}", embed_dim, num_heads, dropout,
                               in_proj_bias.defined());
   if (kdim != embed_dim || vdim != embed_dim) s += fmt::format(", kdim={}, vdim={}", kdim, vdim);
   if (policy != AttentionBackend::Auto) s += fmt::format(", policy={}", policy_name(policy));
+  if (rotary) s += fmt::format(", rotary=true, rotary_base={}", rotary_base);
   return s;
 }
 
@@ -243,13 +289,26 @@ TransformerBlock::TransformerBlock(int64_t D, int64_t H, const Init& init, const
   KILN_CHECK(o.norm_eps > 0, kBlock, "norm_eps must be positive, got {}", o.norm_eps);
   KILN_CHECK(!o.adaln_zero || o.cond_dim > 0, kBlock, "adaln_zero needs cond_dim > 0, got {}", o.cond_dim);
   KILN_CHECK(o.adaln_zero || o.cond_dim == 0, kBlock, "cond_dim {} is given but adaln_zero is off", o.cond_dim);
-  self_attn = register_module("self_attn",
-                              MultiheadAttention(D, H, init, {.bias = o.bias, .dropout = o.dropout, .policy = o.policy}));
-  linear1 = register_module("linear1", Linear(D, dim_feedforward, init, o.bias));
+  const bool rms = o.norm == TransformerNorm::rms_norm;
+  KILN_CHECK(!rms || !o.adaln_zero, kBlock, "adaln_zero modulates LayerNorms; norm rms_norm is not supported with it");
+  self_attn = register_module("self_attn", MultiheadAttention(D, H, init,
+                                                              {.bias = o.bias,
+                                                               .dropout = o.dropout,
+                                                               .policy = o.policy,
+                                                               .rotary = o.rotary,
+                                                               .rotary_base = o.rotary_base}));
+  // SwiGLU's gate and up projections are one [2F, D] GEMM.
+  const int64_t up = o.activation == TransformerActivation::swiglu ? 2 * dim_feedforward : dim_feedforward;
+  linear1 = register_module("linear1", Linear(D, up, init, o.bias));
   linear2 = register_module("linear2", Linear(dim_feedforward, D, init, o.bias));
-  const LayerNormOptions no{.eps = o.norm_eps, .elementwise_affine = !o.adaln_zero, .bias = o.norm_bias};
-  norm1 = register_module("norm1", LayerNorm({D}, init, no));
-  norm2 = register_module("norm2", LayerNorm({D}, init, no));
+  if (rms) {
+    rms_norm1 = register_module("norm1", RMSNorm({D}, init, o.norm_eps));
+    rms_norm2 = register_module("norm2", RMSNorm({D}, init, o.norm_eps));
+  } else {
+    const LayerNormOptions no{.eps = o.norm_eps, .elementwise_affine = !o.adaln_zero, .bias = o.norm_bias};
+    norm1 = register_module("norm1", LayerNorm({D}, init, no));
+    norm2 = register_module("norm2", LayerNorm({D}, init, no));
+  }
   if (o.adaln_zero) {
     Init zero = init;  // AdaLN-Zero: the modulation starts at zero, so the block starts as the identity
     zero.weight = init::zeros();
@@ -259,6 +318,11 @@ TransformerBlock::TransformerBlock(int64_t D, int64_t H, const Init& init, const
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, const BlockCall& call) const { return run(x, nullptr, call); }
+
+Tensor TransformerBlock::norm(int which, const Tensor& x) const {
+  if (rms_norm1) return (which == 1 ? rms_norm1 : rms_norm2)->forward(x);
+  return (which == 1 ? norm1 : norm2)->forward(x);
+}
 
 Tensor TransformerBlock::forward(const Tensor& x, Rngs& rngs, const BlockCall& call) const {
   return run(x, &rngs, call);
@@ -295,7 +359,8 @@ Tensor TransformerBlock::run(const Tensor& x_in, Rngs* rngs, const BlockCall& ca
     Generator gen = rngs->next("dropout");
     return kiln::dropout(t, p, /*training=*/true, gen);
   };
-  const AttentionCall ac{.mask = call.mask, .additive_mask = call.additive_mask, .causal = options.causal};
+  const AttentionCall ac{
+      .mask = call.mask, .additive_mask = call.additive_mask, .causal = options.causal, .cache = call.cache};
   auto attn = [&](const Tensor& h) {  // self-attention: h is query, key and value (one GEMM)
     return dropped(rngs ? self_attn->forward(h, h, h, *rngs, ac).output : self_attn->forward(h, h, h, ac).output);
   };
@@ -305,13 +370,18 @@ Tensor TransformerBlock::run(const Tensor& x_in, Rngs* rngs, const BlockCall& ca
       case TransformerActivation::gelu: a = gelu(a); break;
       case TransformerActivation::gelu_tanh: a = gelu(a, GeluApproximation::tanh); break;
       case TransformerActivation::relu: a = relu(a); break;
+      case TransformerActivation::swiglu: {  // [B, T, 2F] -> silu(gate) * up [B, T, F]
+        std::vector<Tensor> gu = split(a, dim_feedforward, -1);
+        a = mul(silu(gu[0]), gu[1]);
+        break;
+      }
     }
     return dropped(linear2->forward(dropped(a)));
   };
 
   if (!options.adaln_zero) {
-    Tensor h = add(x, attn(norm1->forward(x)));
-    return add(h, mlp(norm2->forward(h)));
+    Tensor h = add(x, attn(norm(1, x)));
+    return add(h, mlp(norm(2, h)));
   }
   // AdaLN-Zero (DiT): six [B, 1, D] pieces from the condition.
   std::vector<Tensor> m = chunk(unsqueeze(adaLN_modulation->forward(silu(call.cond)), 1), 6, -1);
@@ -325,9 +395,12 @@ Tensor TransformerBlock::run(const Tensor& x_in, Rngs* rngs, const BlockCall& ca
 std::string TransformerBlock::extra_repr() const {
   const char* act = options.activation == TransformerActivation::gelu        ? "gelu"
                     : options.activation == TransformerActivation::gelu_tanh ? "gelu_tanh"
+                    : options.activation == TransformerActivation::swiglu    ? "swiglu"
                                                                              : "relu";
   std::string s = fmt::format("dim={}, num_heads={}, dim_feedforward={}, dropout={}, activation={}, norm_eps={}",
                               dim, num_heads, dim_feedforward, options.dropout, act, options.norm_eps);
+  if (options.norm == TransformerNorm::rms_norm) s += ", norm=rms_norm";
+  if (options.rotary) s += ", rotary=true";
   if (options.causal) s += ", causal=true";
   if (options.adaln_zero) s += fmt::format(", adaln_zero=true, cond_dim={}", options.cond_dim);
   return s;

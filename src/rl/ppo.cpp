@@ -289,7 +289,9 @@ void PPO::load_state(const io::State& s) {
   global_step_ = global_step;
   action_gen_.set_state(action);
   minibatch_gen_.set_state(minibatch);
-  reset_env(env_seed(options_.seed, iteration));
+  restart_episodes();
 }
+
+void PPO::restart_episodes() { reset_env(env_seed(options_.seed, iteration_)); }
 
 }  // namespace kiln::rl

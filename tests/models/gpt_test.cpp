@@ -185,13 +185,13 @@ TEST(GPT, MatchesPyTorchNanoGPT) {
 
 TEST(GPT, Errors) {
   Rngs rngs(0);
-  EXPECT_KILN_ERROR(GPT({.n_head = 3}, rngs), "[GPT] n_embd 128 is not divisible by n_head 3");
-  EXPECT_KILN_ERROR(GPT({.dropout = 1.0}, rngs), "[GPT] dropout must be in [0, 1), got 1");
+  EXPECT_KILN_ERROR(GPT({.n_head = 3}, rngs), "[CausalLM] n_embd 128 is not divisible by n_head 3");
+  EXPECT_KILN_ERROR(GPT({.dropout = 1.0}, rngs), "[CausalLM] dropout must be in [0, 1), got 1");
   GPT gpt({.vocab_size = 5, .block_size = 4, .n_layer = 1, .n_head = 1, .n_embd = 8}, rngs);
-  EXPECT_KILN_ERROR(gpt.forward(zeros({2, 5}, {.dtype = kI64})), "[GPT] idx [2, 5] has T = 5 tokens; block_size is 4");
-  EXPECT_KILN_ERROR(gpt.forward(zeros({8}, {.dtype = kI64})), "[GPT] idx [8] must be [B, T] token indices");
+  EXPECT_KILN_ERROR(gpt.forward(zeros({2, 5}, {.dtype = kI64})), "[CausalLM] idx [2, 5] has T = 5 tokens; block_size is 4");
+  EXPECT_KILN_ERROR(gpt.forward(zeros({8}, {.dtype = kI64})), "[CausalLM] idx [8] must be [B, T] token indices");
   EXPECT_KILN_ERROR(gpt.loss(zeros({2, 4}, {.dtype = kI64}), zeros({2, 3}, {.dtype = kI64})),
-                    "[GPT] targets [2, 3] must be [B, T] = [2, 4]");
+                    "[CausalLM] targets [2, 3] must be [B, T] = [2, 4]");
   GPT dropping({.vocab_size = 5, .block_size = 4, .n_layer = 1, .n_head = 1, .n_embd = 8, .dropout = 0.1}, rngs);
   EXPECT_KILN_ERROR(dropping.forward(zeros({2, 4}, {.dtype = kI64})), "draws from rngs");
   Rngs drops{{"dropout", 1}};

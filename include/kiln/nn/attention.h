@@ -28,6 +28,20 @@ struct MultiheadAttentionOptions {
   std::optional<int64_t> kdim{};
   std::optional<int64_t> vdim{};
   AttentionBackend policy = AttentionBackend::Auto;
+  /// Rotary position embedding (L15) of each head's q and k after the projections
+  /// (half-split pairs, GPT-NeoX / LLaMA), positions offset by a KV cache's length.
+  bool rotary = false;
+  double rotary_base = 10000;
+};
+
+/// One self-attention layer's keys and values for incremental decoding:
+/// key and value [B, H, capacity, Dh], preallocated (MultiheadAttention::
+/// make_cache), rows [0, length) filled. Inference only: the cached rows carry
+/// no gradient, so a call with a cache needs grad mode off.
+struct KVCache {
+  Tensor key, value;
+  int64_t length = 0;
+  int64_t capacity() const { return key.defined() ? key.size(2) : 0; }
 };
 
 /// What one MultiheadAttention call is told.
@@ -44,6 +58,11 @@ struct AttentionCall {
   bool need_weights = false;
   /// Weights averaged over heads [B, Tq, Tk]; false: per head [B, H, Tq, Tk].
   bool average_attn_weights = true;
+  /// Self-attention continuing a sequence: the new keys and values (query's Tq
+  /// rows, rotated to positions length..length + Tq - 1) are written into the
+  /// cache at [length, length + Tq), the queries attend to its first
+  /// length + Tq rows (with causal, bottom-right aligned), and length grows by Tq.
+  KVCache* cache = nullptr;
 };
 
 struct AttentionOutput {
@@ -77,6 +96,10 @@ class MultiheadAttention : public Module {
   AttentionOutput forward(const Tensor& query, const Tensor& key, const Tensor& value, Rngs& rngs,
                           const AttentionCall& call = {}) const;
 
+  /// An empty cache for `capacity` positions of `batch` sequences, in the layer's
+  /// (compute) dtype: key and value zeros [batch, H, capacity, Dh].
+  KVCache make_cache(int64_t batch, int64_t capacity) const;
+
   std::string extra_repr() const override;
 
   int64_t embed_dim;
@@ -86,6 +109,8 @@ class MultiheadAttention : public Module {
   int64_t vdim;
   double dropout;
   AttentionBackend policy;
+  bool rotary;
+  double rotary_base;
   Parameter in_proj_weight;  // [3D, D] when kdim == vdim == D, else undefined
   Parameter q_proj_weight;   // [D, D]    only when kdim or vdim != D
   Parameter k_proj_weight;   // [D, kdim] only when kdim or vdim != D
@@ -98,7 +123,12 @@ class MultiheadAttention : public Module {
                       const AttentionCall& call) const;
 };
 
-enum class TransformerActivation { gelu, gelu_tanh, relu };
+/// The MLP's nonlinearity. swiglu (LLaMA): linear2(silu(g) * u) with [g, u] =
+/// linear1(x) split in halves, so linear1 is D -> 2F (gate rows first).
+enum class TransformerActivation { gelu, gelu_tanh, relu, swiglu };
+
+/// norm1, norm2 (and a model's final norm): LayerNorm, or RMSNorm (LLaMA).
+enum class TransformerNorm { layer_norm, rms_norm };
 
 struct TransformerBlockOptions {
   /// The MLP's hidden width F; default mlp_ratio * D.
@@ -109,6 +139,10 @@ struct TransformerBlockOptions {
   double dropout = 0.0;
   TransformerActivation activation = TransformerActivation::gelu;
   double norm_eps = 1e-5;
+  TransformerNorm norm = TransformerNorm::layer_norm;  // rms_norm: no bias, no adaln_zero
+  /// Rotary embedding of q and k in self_attn (MultiheadAttentionOptions::rotary).
+  bool rotary = false;
+  double rotary_base = 10000;
   /// Causal self-attention by default in forward.
   bool causal = false;
   /// DiT's AdaLN-Zero: norms without affine, modulated by adaLN_modulation(silu(cond)).
@@ -124,11 +158,14 @@ struct BlockCall {
   Tensor mask{};           // bool, true = allowed, broadcastable to [B, H, T, T]
   Tensor additive_mask{};  // float, added to the scores, broadcastable to [B, H, T, T]
   Tensor cond{};           // [B, C]; required with adaln_zero, refused without
+  KVCache* cache = nullptr;  // self_attn's cache (AttentionCall::cache)
 };
 
 /// Pre-norm transformer block (L17): x + attn(norm1(x)), then x + mlp(norm2(x)),
 /// mlp = linear2(act(linear1(.))). Names as torch.nn.TransformerEncoderLayer
 /// (norm_first=True, batch_first=True): self_attn.*, linear1, linear2, norm1, norm2.
+/// With norm = rms_norm the norms are RMSNorms (rms_norm1, rms_norm2, still named
+/// norm1, norm2 in the state dict) and norm1 / norm2 are null.
 ///
 /// With adaln_zero (DiT), adaLN_modulation = Linear(C, 6D), zero-initialised,
 /// maps silu(cond) to shift/scale/gate for both sublayers:
@@ -153,13 +190,16 @@ class TransformerBlock : public Module {
   int64_t dim_feedforward;
   TransformerBlockOptions options;
   Shared<MultiheadAttention> self_attn;
-  Shared<Linear> linear1;  // D -> F
+  Shared<Linear> linear1;  // D -> F (D -> 2F with swiglu)
   Shared<Linear> linear2;  // F -> D
-  Shared<LayerNorm> norm1;
+  Shared<LayerNorm> norm1;  // null with rms_norm
   Shared<LayerNorm> norm2;
+  Shared<RMSNorm> rms_norm1;  // only with rms_norm
+  Shared<RMSNorm> rms_norm2;
   Shared<Linear> adaLN_modulation;  // C -> 6D, only with adaln_zero
 
  private:
+  Tensor norm(int which, const Tensor& x) const;  // norm1 / norm2 whichever kind
   Tensor run(const Tensor& x, Rngs* rngs, const BlockCall& call) const;
 };
 

@@ -121,6 +121,10 @@ class PPO : public io::Stateful {
   /// with a seed derived from (seed, iteration): the environments' own state
   /// is not part of the contract, so a resumed run starts fresh episodes.
   void load_state(const io::State& state) override;
+  /// Starts fresh episodes now, as load_state does: resets the environment
+  /// with the seed derived from (seed, iteration). A job that calls this
+  /// whenever it saves makes its resumed runs equal uninterrupted ones.
+  void restart_episodes();
 
  private:
   void reset_env(uint64_t seed);

@@ -1,0 +1,209 @@
+// `kiln rl ppo`: a PPO preset trained, evaluated, logged and checkpointed (apps/kiln/rl.h).
+#include "apps/kiln/rl.h"
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "kiln/core/error.h"
+#include "kiln/core/parallel.h"
+#include "kiln/core/rngs.h"
+#include "kiln/io/checkpoint.h"
+#include "kiln/io/checkpoint_manager.h"
+#include "kiln/rl/evaluate.h"
+#include "kiln/rl/make_env.h"
+#include "kiln/rl/presets.h"
+
+namespace kiln::app {
+
+namespace {
+
+constexpr const char* kOp = "kiln rl ppo";
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kCsvHeader =
+    "iteration,global_step,seconds,learning_rate,episodes,mean_return,mean_length,policy_loss,value_loss,entropy,"
+    "approx_kl,clipfrac,explained_variance,steps_per_second,eval_return,eval_std";
+
+// A double for the CSV: shortest exact form, empty for NaN (no evaluation,
+// no finished episode).
+std::string cell(double x) { return std::isnan(x) ? "" : fmt::format("{}", x); }
+
+std::string config_json(const PPOJobOptions& o, const rl::PPOPreset& p) {
+  return fmt::format(R"({{"job":"ppo","env":"{}","seed":{},"total_steps":{},"envs":{},"eval_every":{},)"
+                     R"("eval_episodes":{}}})",
+                     p.env, o.seed, p.ppo.total_timesteps, p.num_envs, o.eval_every, o.eval_episodes);
+}
+
+// What the job itself carries across a resume: when to evaluate next, what the
+// evaluations found, the time spent, and how long the CSV was.
+struct JobState : io::Stateful {
+  int64_t next_eval = 0;   // global_step at or after which the next evaluation runs
+  int64_t solved_step = -1;
+  double eval_return = std::nan(""), eval_std = std::nan("");
+  double seconds = 0;      // before this process
+  int64_t csv_bytes = 0;
+
+  io::State state() const override {
+    return {{"next_eval", std::to_string(next_eval)},     {"solved_step", std::to_string(solved_step)},
+            {"eval_return", fmt::format("{}", eval_return)}, {"eval_std", fmt::format("{}", eval_std)},
+            {"seconds", fmt::format("{}", seconds)},         {"csv_bytes", std::to_string(csv_bytes)}};
+  }
+  void load_state(const io::State& s) override {
+    JobState j;
+    j.next_eval = io::state_i64(s, "next_eval", kOp);
+    j.solved_step = io::state_i64(s, "solved_step", kOp);
+    j.eval_return = io::state_f64(s, "eval_return", kOp);
+    j.eval_std = io::state_f64(s, "eval_std", kOp);
+    j.seconds = io::state_f64(s, "seconds", kOp);
+    j.csv_bytes = io::state_i64(s, "csv_bytes", kOp);
+    KILN_CHECK(j.csv_bytes >= 0, kOp, "state 'csv_bytes' is {}, not a length", j.csv_bytes);
+    *this = j;
+  }
+};
+
+void check_options(const PPOJobOptions& o) {
+  KILN_CHECK(o.total_steps >= 0, kOp, "--total-steps must be positive, got {}", o.total_steps);
+  KILN_CHECK(o.envs >= 0, kOp, "--envs must be positive, got {}", o.envs);
+  KILN_CHECK(o.threads >= 0, kOp, "--threads must be non-negative, got {}", o.threads);
+  KILN_CHECK(o.eval_every >= 0, kOp, "--eval-every must be non-negative, got {}", o.eval_every);
+  KILN_CHECK(o.eval_episodes > 0, kOp, "--eval-episodes must be positive, got {}", o.eval_episodes);
+  KILN_CHECK(o.max_iterations >= 0, kOp, "max_iterations must be non-negative, got {}", o.max_iterations);
+}
+
+}  // namespace
+
+PPOJobResult run_ppo(const PPOJobOptions& o) {
+  check_options(o);
+  rl::PPOPreset p = rl::ppo_preset(o.env);
+  if (o.total_steps > 0) p.ppo.total_timesteps = o.total_steps;
+  if (o.envs > 0) p.num_envs = o.envs;
+  p.ppo.seed = o.seed;
+  // The thread count is process-wide: set for the job, restored after it.
+  struct Threads {
+    int before = get_num_threads();
+    ~Threads() { set_num_threads(before); }
+  } threads_guard;
+  if (o.threads > 0) set_num_threads(o.threads);
+  std::ostream& log = o.log ? *o.log : std::cout;
+
+  auto env = rl::make_vector_env(p.env, p.num_envs);
+  auto eval_env = rl::make_vector_env(p.env, o.eval_episodes);  // one episode per copy
+  Rngs rngs{{"params", o.seed}};
+  rl::MlpActorCritic agent(env->spec(), nn::Init(rngs), p.agent);
+  rl::PPO ppo(*env, agent, p.ppo);  // checks the PPO options (minibatches dividing the rollout, ...)
+  const int64_t rollout = p.ppo.num_steps * p.num_envs;
+  // Evaluation episodes are the same at every evaluation of a run: a fixed
+  // reset seed apart from the training seeds.
+  const rl::EvaluationOptions eval_options{.episodes = o.eval_episodes, .seed = 1'000'000 + o.seed};
+
+  JobState job;
+  job.next_eval = o.eval_every > 0 ? o.eval_every : p.ppo.total_timesteps;
+  io::Checkpoint ckpt;
+  ckpt.model(agent).optimizer(ppo.optimizer()).state("ppo", ppo).state("job", job).config(config_json(o, p));
+
+  const std::filesystem::path out = o.out.empty() ? "runs/ppo-" + p.name : o.out;
+  std::filesystem::create_directories(out);
+  const std::string csv = (out / "metrics.csv").string();
+  const std::string ckpt_dir = (out / "checkpoints").string();
+  if (o.resume) {
+    io::CheckpointManager manager(ckpt_dir);
+    KILN_CHECK(manager.latest().has_value(), kOp, "--resume: no checkpoint in {}", ckpt_dir);
+    const std::string path = *manager.latest();
+    const std::string config = io::read_checkpoint_info(path).config;
+    const size_t at = config.find(R"("env":")");
+    const std::string saved_env = at == std::string::npos ? "" : config.substr(at + 7, config.find('"', at + 7) - at - 7);
+    KILN_CHECK(saved_env == p.env, kOp, "--resume: {} is a run of {}, not {}", path,
+               saved_env.empty() ? "no known environment" : saved_env, p.env);
+    fmt::print(log, "resuming from {}\n", path);
+    ckpt.load(path);
+    KILN_CHECK(std::filesystem::exists(csv) && int64_t(std::filesystem::file_size(csv)) >= job.csv_bytes, kOp,
+               "--resume: {} is missing or shorter than the {} bytes the checkpoint saw", csv, job.csv_bytes);
+    std::filesystem::resize_file(csv, uintmax_t(job.csv_bytes));  // drop rows logged after the checkpoint
+  } else {
+    // A new run in this folder replaces the previous one; --resume continues it.
+    std::filesystem::remove_all(ckpt_dir);
+    std::ofstream(csv, std::ios::trunc) << kCsvHeader << '\n';
+  }
+  io::CheckpointManager manager(ckpt_dir, {.keep_last = 2});
+  std::ofstream csv_out(csv, std::ios::app);
+  KILN_CHECK(csv_out.good(), kOp, "cannot write {}", csv);
+
+  fmt::print(log, "ppo {}: {} parameters · {} envs x {} steps · {} iterations of {} steps · seed {} · {} thread{}\n",
+             p.env, agent.num_parameters(), p.num_envs, p.ppo.num_steps, ppo.num_iterations(), rollout, o.seed,
+             get_num_threads(), get_num_threads() == 1 ? "" : "s");
+
+  PPOJobResult r;
+  r.target_return = p.target_return;
+  r.csv = csv;
+  const auto t0 = Clock::now();
+  const double seconds_before = job.seconds;  // the earlier legs' time, from the checkpoint
+  auto elapsed = [&] { return seconds_before + std::chrono::duration<double>(Clock::now() - t0).count(); };
+  // NOTE [exact resume]: the environments' state is not checkpointed, so
+  // every checkpoint starts fresh episodes (PPO::restart_episodes) before it
+  // is written, in an uninterrupted run as in a resumed one: resuming from it
+  // continues exactly. Checkpoints fall at evaluations and at the end; a run
+  // stopped by max_iterations also saves where it stops, and resuming there
+  // gives another (equally valid) run than an uninterrupted one.
+  auto save = [&] {
+    ppo.restart_episodes();
+    csv_out.flush();
+    job.csv_bytes = int64_t(std::filesystem::file_size(csv));
+    r.checkpoint = manager.save(ckpt, ppo.global_step());
+  };
+  int64_t this_process = 0;
+  while (!ppo.done() && (o.max_iterations == 0 || this_process < o.max_iterations)) {
+    rl::PPOStats s = ppo.iterate();
+    ++this_process;
+    const double sps = double(rollout) / (s.collect_seconds + s.update_seconds);
+    double eval_return = std::nan(""), eval_std = std::nan("");
+    const bool evaluate = s.global_step >= job.next_eval || ppo.done();
+    if (evaluate) {
+      rl::EvaluationResult e = rl::evaluate_policy(agent, *eval_env, eval_options);
+      eval_return = job.eval_return = e.mean_return;
+      eval_std = job.eval_std = e.std_return;
+      if (job.solved_step < 0 && e.mean_return >= p.target_return) job.solved_step = s.global_step;
+      while (job.next_eval <= s.global_step) job.next_eval += o.eval_every > 0 ? o.eval_every : p.ppo.total_timesteps;
+    }
+    fmt::print(log, "iter {}/{} · step {} · return {} ({} episodes) · pg {:.4f} · v {:.4f} · ent {:.3f} · kl {:.2g} · "
+               "{:.0f} steps/s\n",
+               s.iteration, ppo.num_iterations(), s.global_step,
+               std::isnan(s.mean_return) ? std::string("-") : fmt::format("{:.1f}", s.mean_return), s.episodes,
+               s.policy_loss, s.value_loss, s.entropy, s.approx_kl, sps);
+    if (evaluate)
+      fmt::print(log, "eval step {}: {:.1f} ± {:.1f} over {} episodes{}\n", s.global_step, eval_return, eval_std,
+                 o.eval_episodes, job.solved_step == s.global_step ? fmt::format(" · solved (≥ {})", p.target_return) : "");
+    fmt::print(csv_out, "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", s.iteration, s.global_step, elapsed(),
+               s.learning_rate, s.episodes, cell(s.mean_return), cell(s.mean_length), s.policy_loss, s.value_loss,
+               s.entropy, s.approx_kl, s.clipfrac, cell(s.explained_variance), sps, cell(eval_return), cell(eval_std));
+    if (evaluate || ppo.done() || this_process == o.max_iterations) {
+      job.seconds = elapsed();
+      save();
+    }
+  }
+  log.flush();
+  job.seconds = elapsed();
+  r.iterations = ppo.iteration();
+  r.global_step = ppo.global_step();
+  r.eval_return = job.eval_return;
+  r.eval_std = job.eval_std;
+  r.solved_step = job.solved_step;
+  r.seconds = job.seconds;
+  if (r.checkpoint.empty() && manager.latest()) r.checkpoint = *manager.latest();
+  if (ppo.done())
+    fmt::print(log, "{} after {} steps in {:.1f} s: eval {:.1f} ± {:.1f}; {}\n", p.env, r.global_step, r.seconds,
+               r.eval_return, r.eval_std,
+               r.solved_step >= 0 ? fmt::format("first reached {} at step {}", p.target_return, r.solved_step)
+                                  : fmt::format("never reached {}", p.target_return));
+  fmt::print(log, "wrote {} and {}\n", csv, r.checkpoint);
+  return r;
+}
+
+}  // namespace kiln::app

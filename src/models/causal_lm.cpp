@@ -1,0 +1,277 @@
+// CausalLM: embeddings, kiln's TransformerBlocks, a final norm and the (tied or
+// own) vocabulary projection; its config's validation and JSON form.
+#include "kiln/models/causal_lm.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kiln/core/error.h"
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/dropout.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/loss.h"
+#include "kiln/ops/shape.h"
+
+namespace kiln::models {
+
+namespace {
+
+constexpr const char* kLm = "CausalLM";
+
+const char* norm_name(nn::TransformerNorm n) { return n == nn::TransformerNorm::rms_norm ? "rms_norm" : "layer_norm"; }
+
+const char* mlp_name(nn::TransformerActivation a) {
+  switch (a) {
+    case nn::TransformerActivation::gelu: return "gelu";
+    case nn::TransformerActivation::gelu_tanh: return "gelu_tanh";
+    case nn::TransformerActivation::relu: return "relu";
+    case nn::TransformerActivation::swiglu: return "swiglu";
+  }
+  return "?";
+}
+
+}  // namespace
+
+// ---- CausalLMConfig ----
+
+void CausalLMConfig::validate() const {
+  KILN_CHECK(vocab_size > 0 && block_size > 0 && n_layer > 0 && n_head > 0 && n_embd > 0, kLm,
+             "vocab_size {}, block_size {}, n_layer {}, n_head {} and n_embd {} must be positive", vocab_size,
+             block_size, n_layer, n_head, n_embd);
+  KILN_CHECK(n_embd % n_head == 0, kLm, "n_embd {} is not divisible by n_head {}", n_embd, n_head);
+  KILN_CHECK(dropout >= 0 && dropout < 1, kLm, "dropout must be in [0, 1), got {}", dropout);
+  KILN_CHECK(norm_eps > 0, kLm, "norm_eps must be positive, got {}", norm_eps);
+  KILN_CHECK(mlp_hidden >= 0, kLm, "mlp_hidden must be >= 0 (0: the default width), got {}", mlp_hidden);
+  KILN_CHECK(!rotary || ((n_embd / n_head) % 2 == 0 && rotary_base > 0), kLm,
+             "rotary needs an even head width n_embd / n_head and rotary_base > 0, got {} / {} = {} and {}", n_embd,
+             n_head, n_embd / n_head, rotary_base);
+}
+
+int64_t CausalLMConfig::hidden() const {
+  if (mlp_hidden > 0) return mlp_hidden;
+  if (mlp != nn::TransformerActivation::swiglu) return 4 * n_embd;
+  const int64_t f = (8 * n_embd + 2) / 3;  // ceil(2/3 * 4C): the same parameters as a 4C GELU MLP
+  return (f + 63) / 64 * 64;
+}
+
+std::string CausalLMConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["vocab_size"] = vocab_size;
+  j["block_size"] = block_size;
+  j["n_layer"] = n_layer;
+  j["n_head"] = n_head;
+  j["n_embd"] = n_embd;
+  j["dropout"] = dropout;
+  j["bias"] = bias;
+  j["norm"] = norm_name(norm);
+  j["norm_eps"] = norm_eps;
+  j["learned_positions"] = learned_positions;
+  j["rotary"] = rotary;
+  j["rotary_base"] = rotary_base;
+  j["mlp"] = mlp_name(mlp);
+  j["mlp_hidden"] = mlp_hidden;
+  j["tie_weights"] = tie_weights;
+  return j.dump();
+}
+
+CausalLMConfig CausalLMConfig::from_json(std::string_view text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  KILN_CHECK(j.is_object(), kLm, "config JSON must be an object, got '{}'",
+             text.size() > 60 ? std::string(text.substr(0, 60)) + "..." : std::string(text));
+  CausalLMConfig c;
+  for (const auto& [key, v] : j.items()) {
+    auto integer = [&](int64_t& out) {
+      KILN_CHECK(v.is_number_integer(), kLm, "config field '{}' must be an integer, got {}", key, v.dump());
+      out = v.get<int64_t>();
+    };
+    auto number = [&](double& out) {
+      KILN_CHECK(v.is_number(), kLm, "config field '{}' must be a number, got {}", key, v.dump());
+      out = v.get<double>();
+    };
+    auto boolean = [&](bool& out) {
+      KILN_CHECK(v.is_boolean(), kLm, "config field '{}' must be true or false, got {}", key, v.dump());
+      out = v.get<bool>();
+    };
+    if (key == "vocab_size") integer(c.vocab_size);
+    else if (key == "block_size") integer(c.block_size);
+    else if (key == "n_layer") integer(c.n_layer);
+    else if (key == "n_head") integer(c.n_head);
+    else if (key == "n_embd") integer(c.n_embd);
+    else if (key == "dropout") number(c.dropout);
+    else if (key == "bias") boolean(c.bias);
+    else if (key == "norm_eps") number(c.norm_eps);
+    else if (key == "learned_positions") boolean(c.learned_positions);
+    else if (key == "rotary") boolean(c.rotary);
+    else if (key == "rotary_base") number(c.rotary_base);
+    else if (key == "mlp_hidden") integer(c.mlp_hidden);
+    else if (key == "tie_weights") boolean(c.tie_weights);
+    else if (key == "norm") {
+      const std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+      KILN_CHECK(s == "layer_norm" || s == "rms_norm", kLm,
+                 "config field 'norm' must be \"layer_norm\" or \"rms_norm\", got {}", v.dump());
+      c.norm = s == "rms_norm" ? nn::TransformerNorm::rms_norm : nn::TransformerNorm::layer_norm;
+    } else if (key == "mlp") {
+      const std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+      bool found = false;
+      for (auto a : {nn::TransformerActivation::gelu, nn::TransformerActivation::gelu_tanh,
+                     nn::TransformerActivation::relu, nn::TransformerActivation::swiglu}) {
+        if (s == mlp_name(a)) {
+          c.mlp = a;
+          found = true;
+        }
+      }
+      KILN_CHECK(found, kLm, "config field 'mlp' must be \"gelu\", \"gelu_tanh\", \"relu\" or \"swiglu\", got {}",
+                 v.dump());
+    } else {
+      KILN_FAIL(kLm, "unknown config field '{}'", key);
+    }
+  }
+  c.validate();
+  return c;
+}
+
+// ---- TiedLinear ----
+
+TiedLinear::TiedLinear(const nn::Parameter& w) {
+  KILN_CHECK(w.defined() && w.value().dim() == 2, "TiedLinear", "weight must be a defined 2-D parameter");
+  weight = register_parameter("weight", w);
+}
+
+Tensor TiedLinear::forward(const Tensor& x) const {
+  // Mixed precision (docs/mixed_precision.md): input and the tied table in the compute dtype.
+  return linear(to_compute(x), to_compute(weight), Tensor());
+}
+
+std::string TiedLinear::extra_repr() const {
+  return fmt::format("in_features={}, out_features={}, bias=false", weight.value().size(1), weight.value().size(0));
+}
+
+// ---- CausalLM ----
+
+CausalLM::CausalLM(const CausalLMConfig& c, const nn::Init& init) : config(c) {
+  c.validate();
+  nn::Init gi = init;  // nanoGPT's _init_weights
+  gi.weight = nn::init::normal(0.0, 0.02);
+  gi.embedding = nn::init::normal(0.0, 0.02);
+  gi.bias = nn::init::zeros();
+
+  transformer = register_module("transformer", nn::ModuleDict());
+  wte = transformer->insert("wte", nn::Embedding(c.vocab_size, c.n_embd, gi));
+  if (c.learned_positions) wpe = transformer->insert("wpe", nn::Embedding(c.block_size, c.n_embd, gi));
+  auto blocks = transformer->insert("h", nn::ModuleList());
+  const double proj_scale = 1.0 / std::sqrt(2.0 * double(c.n_layer));  // nanoGPT: std 0.02 / sqrt(2 L) for c_proj
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    auto block = blocks->push_back(nn::TransformerBlock(c.n_embd, c.n_head, gi,
+                                                        {.dim_feedforward = c.hidden(),
+                                                         .dropout = c.dropout,
+                                                         .activation = c.mlp,
+                                                         .norm_eps = c.norm_eps,
+                                                         .norm = c.norm,
+                                                         .rotary = c.rotary,
+                                                         .rotary_base = c.rotary_base,
+                                                         .causal = true,
+                                                         .bias = c.bias,
+                                                         .norm_bias = c.bias}));
+    NoGradGuard no_grad;  // N(0, 0.02) scaled in place is N(0, 0.02 * proj_scale)
+    mul_(block->self_attn->out_proj->weight.value(), proj_scale);
+    mul_(block->linear2->weight.value(), proj_scale);
+    h.push_back(block);
+  }
+  if (c.norm == nn::TransformerNorm::rms_norm) {
+    rms_f = transformer->insert("ln_f", nn::RMSNorm({c.n_embd}, gi, c.norm_eps));
+  } else {
+    ln_f = transformer->insert("ln_f", nn::LayerNorm({c.n_embd}, gi, {.eps = c.norm_eps, .bias = c.bias}));
+  }
+  const nn::Parameter head = c.tie_weights ? wte->weight : gi.make_weight({c.vocab_size, c.n_embd}, {c.n_embd, c.vocab_size});
+  lm_head = register_module("lm_head", TiedLinear(head));
+}
+
+Tensor CausalLM::forward(const Tensor& idx) const { return run(idx, nullptr, nullptr); }
+Tensor CausalLM::forward(const Tensor& idx, Rngs& rngs) const { return run(idx, &rngs, nullptr); }
+
+Tensor CausalLM::logits(const Tensor& idx) const {
+  Tensor l = run(idx, nullptr, nullptr);
+  return reshape(l, {l.size(0) * l.size(1), config.vocab_size});
+}
+
+CausalLMCache CausalLM::make_cache(int64_t batch) const {
+  KILN_CHECK(batch > 0, kLm, "make_cache: batch must be positive, got {}", batch);
+  CausalLMCache cache;
+  for (const auto& block : h) cache.layers.push_back(block->self_attn->make_cache(batch, config.block_size));
+  return cache;
+}
+
+Tensor CausalLM::forward_cached(const Tensor& idx_new, CausalLMCache& cache) const {
+  KILN_CHECK(!GradMode::is_enabled(), kLm, "forward_cached is for inference: run it under NoGradGuard");
+  KILN_CHECK(!(is_training() && config.dropout > 0), kLm, "forward_cached needs dropout off: call eval()");
+  KILN_CHECK(cache.layers.size() == h.size(), kLm, "the cache has {} layers; the model has n_layer {}",
+             cache.layers.size(), h.size());
+  return run(idx_new, nullptr, &cache);
+}
+
+Tensor CausalLM::run(const Tensor& idx, Rngs* rngs, CausalLMCache* cache) const {
+  KILN_CHECK(idx.defined() && idx.dim() == 2, kLm, "idx {} must be [B, T] token indices",
+             idx.defined() ? to_string(idx.shape()) : "undefined");
+  const int64_t T = idx.size(1);
+  const int64_t start = cache ? cache->length() : 0;  // position of idx's first column
+  if (cache) {
+    KILN_CHECK(idx.size(0) == cache->batch(), kLm, "idx {} has B = {}; the cache is for batch {}",
+               to_string(idx.shape()), idx.size(0), cache->batch());
+    KILN_CHECK(T >= 1 && start + T <= config.block_size, kLm,
+               "idx {} adds T = {} tokens to a cache holding {}; block_size is {}", to_string(idx.shape()), T, start,
+               config.block_size);
+  } else {
+    KILN_CHECK(T >= 1 && T <= config.block_size, kLm, "idx {} has T = {} tokens; block_size is {}",
+               to_string(idx.shape()), T, config.block_size);
+  }
+  const bool drop = is_training() && config.dropout > 0;
+  KILN_CHECK(!drop || rngs != nullptr, kLm,
+             "dropout {} in training draws from rngs: call forward(idx, rngs) or eval()", config.dropout);
+  Tensor x = wte->forward(idx);  // [B, T, C]
+  if (wpe) x = add(x, wpe->forward(arange(start, start + T, 1, {.dtype = kI64})));  // + [T, C]
+  if (drop) {
+    Generator gen = rngs->next("dropout");
+    x = dropout(x, config.dropout, /*training=*/true, gen);
+  }
+  for (size_t i = 0; i < h.size(); ++i) {
+    const nn::BlockCall call{.cache = cache ? &cache->layers[i] : nullptr};
+    x = rngs ? h[i]->forward(x, *rngs, call) : h[i]->forward(x, call);
+  }
+  return lm_head->forward(rms_f ? rms_f->forward(x) : ln_f->forward(x));  // [B, T, V]
+}
+
+Tensor CausalLM::loss_of(const Tensor& logits, const Tensor& targets) const {
+  KILN_CHECK(targets.defined() && targets.dim() == 2 && targets.size(0) == logits.size(0) &&
+                 targets.size(1) == logits.size(1),
+             kLm, "targets {} must be [B, T] = [{}, {}]", targets.defined() ? to_string(targets.shape()) : "undefined",
+             logits.size(0), logits.size(1));
+  const int64_t BT = logits.size(0) * logits.size(1);
+  // Mixed precision: the loss on f32 logits (a bf16 loss would round it to 8 bits).
+  const Tensor l = to_precise(logits, wte->weight.dtype());
+  return cross_entropy(reshape(l, {BT, config.vocab_size}), reshape(targets, {BT}));
+}
+
+Tensor CausalLM::loss(const Tensor& idx, const Tensor& targets) const {
+  return loss_of(run(idx, nullptr, nullptr), targets);
+}
+Tensor CausalLM::loss(const Tensor& idx, const Tensor& targets, Rngs& rngs) const {
+  return loss_of(run(idx, &rngs, nullptr), targets);
+}
+
+std::string CausalLM::extra_repr() const {
+  const CausalLMConfig& c = config;
+  std::string s = fmt::format("vocab_size={}, block_size={}, n_layer={}, n_head={}, n_embd={}, dropout={}, bias={}",
+                              c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd, c.dropout, c.bias);
+  if (c.norm != nn::TransformerNorm::layer_norm) s += fmt::format(", norm={}", norm_name(c.norm));
+  if (!c.learned_positions) s += ", learned_positions=false";
+  if (c.rotary) s += ", rotary=true";
+  if (c.mlp != nn::TransformerActivation::gelu) s += fmt::format(", mlp={}, mlp_hidden={}", mlp_name(c.mlp), c.hidden());
+  if (!c.tie_weights) s += ", tie_weights=false";
+  return s;
+}
+
+}  // namespace kiln::models
