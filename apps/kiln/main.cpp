@@ -1,6 +1,9 @@
 // kiln: the command-line tool.
 //   kiln train fashion-mnist [--model cnn|mlp] [--epochs N] [--batch-size N] [--lr X]
 //                            [--threads N] [--out DIR] [--resume [latest|PATH]] ...
+//   kiln train lm --data FILE [--tokenizer char|byte|bpe] [--iters N] [--lr X] ... (apps/kiln/lm.h)
+//   kiln generate --checkpoint PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
+//                 [--top-p P] [--seed S] (apps/kiln/generate.h)
 //   kiln rl ppo cartpole|pendulum [--seed N] [--total-steps N] [--envs N] [--out DIR] [--resume]
 //                                 [--threads N] [--eval-every N] [--eval-episodes N]
 #include <CLI/CLI.hpp>
@@ -9,6 +12,8 @@
 #include <cstdio>
 
 #include "apps/kiln/fashion_mnist.h"
+#include "apps/kiln/generate.h"
+#include "apps/kiln/lm.h"
 #include "apps/kiln/rl.h"
 #include "kiln/core/error.h"
 
@@ -38,6 +43,35 @@ int main(int argc, char** argv) {
   fashion->add_option("--limit", o.limit, "train on the first N images only")->check(CLI::NonNegativeNumber);
   fashion->add_option("--test-limit", o.test_limit, "test on the first N images only")->check(CLI::NonNegativeNumber);
 
+  auto* lm = train->add_subcommand("lm", "a GPT language model on a text file (nanoGPT's shakespeare_char recipe)");
+  kiln::app::LmOptions l;
+  lm->add_option("--data", l.data, "the text file; the last 10% of its tokens validate")->required();
+  lm->add_option("--tokenizer", l.tokenizer, "char, byte or bpe (trained on the file)")
+      ->check(CLI::IsMember({"char", "byte", "bpe"}))
+      ->capture_default_str();
+  lm->add_option("--vocab-size", l.vocab_size, "bpe: vocabulary size (256 bytes + merges)")->capture_default_str();
+  lm->add_option("--iters", l.iters, "optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
+  lm->add_option("--batch-size", l.batch_size, "sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
+  lm->add_option("--block-size", l.block_size, "context length T")->check(CLI::PositiveNumber)->capture_default_str();
+  lm->add_option("--n-layer", l.n_layer, "Transformer blocks")->check(CLI::PositiveNumber)->capture_default_str();
+  lm->add_option("--n-head", l.n_head, "attention heads")->check(CLI::PositiveNumber)->capture_default_str();
+  lm->add_option("--n-embd", l.n_embd, "width")->check(CLI::PositiveNumber)->capture_default_str();
+  lm->add_option("--dropout", l.dropout, "dropout rate")->check(CLI::Range(0.0, 0.999))->capture_default_str();
+  lm->add_option("--lr", l.lr, "AdamW peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  lm->add_option("--min-lr", l.min_lr, "learning rate at the end of the cosine")->check(CLI::NonNegativeNumber)->capture_default_str();
+  lm->add_option("--warmup", l.warmup, "linear warmup steps")->check(CLI::NonNegativeNumber)->capture_default_str();
+  lm->add_option("--weight-decay", l.weight_decay, "AdamW weight decay (2-D tensors only)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  lm->add_option("--beta1", l.beta1, "AdamW beta1")->capture_default_str();
+  lm->add_option("--beta2", l.beta2, "AdamW beta2")->capture_default_str();
+  lm->add_option("--grad-clip", l.grad_clip, "max gradient norm (0: none)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  lm->add_option("--eval-interval", l.eval_interval, "estimate the losses (and save) every N steps")->check(CLI::PositiveNumber)->capture_default_str();
+  lm->add_option("--eval-iters", l.eval_iters, "batches per loss estimate")->check(CLI::PositiveNumber)->capture_default_str();
+  lm->add_option("--seed", l.seed, "seed of parameters, dropout and batches")->capture_default_str();
+  lm->add_option("--threads", l.threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  lm->add_option("--out", l.out, "output folder: metrics.csv, checkpoints/")->capture_default_str();
+  lm->add_option("--resume", l.resume, "continue from a checkpoint: latest (in --out) or a path")
+      ->expected(0, 1)
+      ->default_str("latest");
   // kiln rl <algorithm> <env>: one subcommand per algorithm under `rl`, each
   // with its environments as positional choices.
   auto* rl = app.add_subcommand("rl", "train a reinforcement-learning agent");
@@ -63,13 +97,29 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
 
+  auto* gen = app.add_subcommand("generate", "sample text from a `kiln train lm` checkpoint, streamed");
+  kiln::app::GenerateTextOptions g;
+  gen->add_option("--checkpoint", g.checkpoint, "a checkpoint file, or a run folder (its newest)")->required();
+  gen->add_option("--prompt", g.prompt, "the text to continue")->capture_default_str();
+  gen->add_option("--max-new-tokens", g.max_new_tokens, "tokens to sample")->check(CLI::NonNegativeNumber)->capture_default_str();
+  gen->add_option("--temperature", g.temperature, "logits / T; 0: greedy")->check(CLI::NonNegativeNumber)->capture_default_str();
+  gen->add_option("--top-k", g.top_k, "sample among the k likeliest (0: all)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  gen->add_option("--top-p", g.top_p, "nucleus: the likeliest tokens up to this mass")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  gen->add_option("--seed", g.seed, "seed of the draws")->capture_default_str();
+  gen->add_option("--threads", g.threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (fashion->parsed()) {
       if (fashion->count("--resume") > 0 && o.resume.empty()) o.resume = "latest";
       kiln::app::train_fashion_mnist(o);
     }
+    if (lm->parsed()) {
+      if (lm->count("--resume") > 0 && l.resume.empty()) l.resume = "latest";
+      kiln::app::train_lm(l);
+    }
     if (ppo->parsed()) kiln::app::run_ppo(ppo_o);
+    if (gen->parsed()) kiln::app::generate_text(g);
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "kiln: %s\n", e.what());
     return 1;

@@ -1,0 +1,50 @@
+#include "apps/kiln/generate.h"
+
+#include <iostream>
+
+#include "apps/kiln/lm.h"
+#include "kiln/core/error.h"
+#include "kiln/core/parallel.h"
+#include "kiln/models/generate.h"
+
+namespace kiln::app {
+
+namespace {
+constexpr const char* kOp = "kiln generate";
+}  // namespace
+
+std::string generate_text(const GenerateTextOptions& o) {
+  KILN_CHECK(!o.checkpoint.empty(), kOp, "--checkpoint PATH is required");
+  KILN_CHECK(!o.prompt.empty(), kOp, "--prompt must not be empty (the model needs a first token)");
+  KILN_CHECK(o.max_new_tokens >= 0, kOp, "--max-new-tokens must be non-negative, got {}", o.max_new_tokens);
+  KILN_CHECK(o.threads >= 0, kOp, "--threads must be non-negative, got {}", o.threads);
+  if (o.threads > 0) set_num_threads(o.threads);
+  std::ostream& out = o.out ? *o.out : std::cout;
+
+  LanguageModel lm = load_lm(o.checkpoint);
+  std::vector<int64_t> prompt;
+  try {
+    prompt = lm.tokenizer->encode(o.prompt);
+  } catch (const Error& e) {
+    KILN_FAIL(kOp, "--prompt: {}", e.what());
+  }
+  std::string text;
+  out << o.prompt << std::flush;
+  // A token's bytes as they come: a BPE token may end inside a UTF-8
+  // character, which the terminal completes with the next one.
+  models::generate(*lm.model, prompt,
+                   {.max_new_tokens = o.max_new_tokens,
+                    .temperature = o.temperature,
+                    .top_k = o.top_k,
+                    .top_p = o.top_p,
+                    .seed = o.seed},
+                   [&](int64_t token) {
+                     std::string_view bytes = lm.tokenizer->token(token);
+                     text += bytes;
+                     out << bytes << std::flush;
+                   });
+  out << '\n' << std::flush;
+  return text;
+}
+
+}  // namespace kiln::app

@@ -1,0 +1,371 @@
+#include "apps/kiln/lm.h"
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <array>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "kiln/core/error.h"
+#include "kiln/core/generator.h"
+#include "kiln/core/parallel.h"
+#include "kiln/core/rngs.h"
+#include "kiln/data/bpe_tokenizer.h"
+#include "kiln/data/dataloader.h"
+#include "kiln/data/text.h"
+#include "kiln/io/checkpoint_manager.h"
+#include "kiln/optim/adam.h"
+#include "kiln/optim/clip.h"
+#include "kiln/optim/schedulers.h"
+#include "kiln/train/callbacks/checkpoint.h"
+#include "kiln/train/callbacks/csv_logger.h"
+#include "kiln/train/callbacks/lr_scheduler.h"
+#include "kiln/train/callbacks/progress_bar.h"
+#include "kiln/train/callbacks/summary.h"
+#include "kiln/train/callbacks/validation.h"
+#include "kiln/train/trainer.h"
+
+namespace kiln::app {
+
+namespace {
+
+constexpr const char* kOp = "kiln train lm";
+constexpr const char* kLoad = "load_lm";
+using nlohmann::json;
+
+// nanoGPT's get_batch as a data set: example i is the window of T tokens at
+// offset o_i and the same window shifted by one (the targets), o_i uniform in
+// [0, N - T) from block i of a counter-based Generator. An example depends
+// only on (seed, i), so a DataLoader walking 0, 1, 2, ... in order draws
+// nanoGPT's random batches, and its position (saved in every checkpoint) is
+// the whole state of the batch stream: a resumed run sees the same batches.
+class RandomWindows : public data::Dataset {
+ public:
+  // tokens [N] i64 (a split of the file's encoding), N > T.
+  RandomWindows(std::shared_ptr<const data::TokenDataset> split, int64_t count, uint64_t seed)
+      : split_(std::move(split)), count_(count), gen_(seed) {}
+
+  int64_t size() const override { return count_; }
+  data::Example get(int64_t index) const override {
+    KILN_CHECK(index >= 0 && index < count_, "RandomWindows.get", "index {} is out of range for {} examples", index,
+               count_);
+    const Tensor& tokens = split_->tokens();
+    const int64_t T = split_->seq_len(), starts = tokens.numel() - T;
+    std::array<uint32_t, 4> b = gen_.block(uint64_t(index));
+    // A 64-bit draw modulo ~1e6 starts: the bias is below 1e-13.
+    const int64_t start = int64_t((uint64_t(b[0]) | (uint64_t(b[1]) << 32)) % uint64_t(starts));
+    // Views of the tokens; the loader copies them into its batch.
+    return {Tensor::make_view(tokens.storage(), {T}, {1}, tokens.storage_offset() + start, kI64),
+            Tensor::make_view(tokens.storage(), {T}, {1}, tokens.storage_offset() + start + 1, kI64)};
+  }
+
+ private:
+  std::shared_ptr<const data::TokenDataset> split_;
+  int64_t count_;
+  Generator gen_;  // only block(i) is used: never advanced
+};
+
+// Next-token steps on models::GPT: loss over all B * T positions, gradient
+// clipping, one AdamW step.
+class LmTask : public train::Task {
+ public:
+  LmTask(models::GPT& gpt, optim::Optimizer& opt, Rngs& rngs, double grad_clip)
+      : Task(gpt, [&gpt](const Tensor& idx) { return gpt.forward(idx); }, opt, &rngs),
+        gpt_(gpt),
+        params_(gpt.parameters()),
+        grad_clip_(grad_clip) {}
+
+  train::StepResult training_step(const data::Batch& b) override {
+    Tensor loss = gpt_.config.dropout > 0 ? gpt_.loss(b.input, b.target, *rngs()) : gpt_.loss(b.input, b.target);
+    loss.backward();
+    if (grad_clip_ > 0) optim::clip_grad_norm_(params_, grad_clip_);
+    optimizer().step();
+    optimizer().zero_grad();
+    return {loss.item<float>(), b.size(), -1};
+  }
+  // Called in eval mode under NoGradGuard (Validation).
+  train::StepResult validation_step(const data::Batch& b) override {
+    return {gpt_.loss(b.input, b.target).item<float>(), b.size(), -1};
+  }
+
+ private:
+  models::GPT& gpt_;
+  nn::ParameterList params_;
+  double grad_clip_;
+};
+
+// The model's config as an object (CausalLMConfig's own JSON form).
+json model_json(const models::GPTConfig& c) { return json::parse(c.to_json()); }
+
+// What the checkpoint must agree with to be resumed (the loader and
+// scheduler states check the rest); eval_interval may change.
+json train_json(const LmOptions& o, int64_t tokens) {
+  return {{"tokenizer", o.tokenizer}, {"tokens", tokens},           {"iters", o.iters},
+          {"batch_size", o.batch_size}, {"lr", o.lr},               {"min_lr", o.min_lr},
+          {"warmup", o.warmup},         {"weight_decay", o.weight_decay}, {"beta1", o.beta1},
+          {"beta2", o.beta2},           {"grad_clip", o.grad_clip}, {"eval_iters", o.eval_iters},
+          {"seed", o.seed}};
+}
+
+// The run's config (kiln.config in every checkpoint): the model, the
+// tokenizer's own JSON text (kept as a string so it comes back byte for
+// byte) and the training options.
+std::string config_json(const models::GPTConfig& model, const data::Tokenizer& tok, const LmOptions& o,
+                        int64_t tokens) {
+  json j = {{"job", "lm"},
+            {"model", model_json(model)},
+            {"tokenizer", tok.to_json()},
+            {"train", train_json(o, tokens)},
+            {"eval_interval", o.eval_interval}};
+  return j.dump();
+}
+
+// A checkpoint's config, parsed and checked to be this job's; errors are "[op] <path>: ...".
+json read_config(const char* op, const std::string& path, io::CheckpointInfo& info) {
+  info = io::read_checkpoint_info(path);
+  json j = json::parse(info.config, nullptr, /*allow_exceptions=*/false);
+  KILN_CHECK(j.is_object() && j.value("job", "") == "lm" && j.contains("model") && j["model"].is_object() &&
+                 j.contains("tokenizer") && j["tokenizer"].is_string(),
+             op, "{}: not a checkpoint of `kiln train lm` (its config is '{}')", path, info.config.substr(0, 80));
+  return j;
+}
+
+models::GPTConfig model_from_json(const char* op, const std::string& path, const json& m) {
+  try {
+    return models::GPTConfig::from_json(m.dump());
+  } catch (const Error& e) {
+    KILN_FAIL(op, "{}: its model config: {}", path, e.what());
+  }
+}
+
+// The checkpoint file `path` names: itself, or a run folder's newest.
+std::string resolve_checkpoint(const char* op, const std::string& path) {
+  namespace fs = std::filesystem;
+  KILN_CHECK(fs::exists(path), op, "{}: no such file or folder", path);
+  if (!fs::is_directory(path)) return path;
+  const fs::path sub = fs::path(path) / "checkpoints";
+  io::CheckpointManager manager(fs::is_directory(sub) ? sub.string() : path);
+  KILN_CHECK(manager.latest().has_value(), op, "{}: no checkpoint in this folder", path);
+  return *manager.latest();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  KILN_CHECK(in.good(), kOp, "cannot read --data {}: {}", path,
+             std::filesystem::exists(path) ? "not readable" : "no such file");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+LmResult train_lm(const LmOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  KILN_CHECK(!o.data.empty(), kOp, "--data FILE is required");
+  KILN_CHECK(o.tokenizer == "char" || o.tokenizer == "byte" || o.tokenizer == "bpe", kOp,
+             "--tokenizer must be char, byte or bpe, got '{}'", o.tokenizer);
+  KILN_CHECK(o.vocab_size >= 256, kOp, "--vocab-size must be at least 256 (the bytes), got {}", o.vocab_size);
+  KILN_CHECK(o.iters > 0, kOp, "--iters must be positive, got {}", o.iters);
+  KILN_CHECK(o.batch_size > 0, kOp, "--batch-size must be positive, got {}", o.batch_size);
+  KILN_CHECK(o.block_size > 0, kOp, "--block-size must be positive, got {}", o.block_size);
+  KILN_CHECK(o.n_layer > 0 && o.n_head > 0 && o.n_embd > 0, kOp,
+             "--n-layer, --n-head and --n-embd must be positive, got {}, {}, {}", o.n_layer, o.n_head, o.n_embd);
+  KILN_CHECK(o.n_embd % o.n_head == 0, kOp, "--n-embd {} is not a multiple of --n-head {}", o.n_embd, o.n_head);
+  KILN_CHECK(o.dropout >= 0 && o.dropout < 1, kOp, "--dropout must be in [0, 1), got {}", o.dropout);
+  KILN_CHECK(o.lr > 0, kOp, "--lr must be positive, got {}", o.lr);
+  KILN_CHECK(o.min_lr >= 0 && o.min_lr <= o.lr, kOp, "--min-lr must be in [0, --lr = {}], got {}", o.lr, o.min_lr);
+  KILN_CHECK(o.warmup >= 0 && o.warmup < o.iters, kOp, "--warmup must be in [0, --iters = {}), got {}", o.iters,
+             o.warmup);
+  KILN_CHECK(o.weight_decay >= 0, kOp, "--weight-decay must be non-negative, got {}", o.weight_decay);
+  KILN_CHECK(o.grad_clip >= 0, kOp, "--grad-clip must be non-negative, got {}", o.grad_clip);
+  KILN_CHECK(o.eval_interval > 0, kOp, "--eval-interval must be positive, got {}", o.eval_interval);
+  KILN_CHECK(o.eval_iters > 0, kOp, "--eval-iters must be positive, got {}", o.eval_iters);
+  KILN_CHECK(o.threads >= 0, kOp, "--threads must be non-negative, got {}", o.threads);
+  if (o.threads > 0) set_num_threads(o.threads);
+  std::ostream& log = o.log ? *o.log : std::cout;
+
+  namespace fs = std::filesystem;
+  const std::string csv = (fs::path(o.out) / "metrics.csv").string();
+  const std::string ckpt_dir = (fs::path(o.out) / "checkpoints").string();
+  std::string resume = o.resume;
+  if (resume == "latest") {
+    KILN_CHECK(fs::is_directory(ckpt_dir), kOp, "--resume latest: no checkpoint in {}", ckpt_dir);
+    io::CheckpointManager manager(ckpt_dir);
+    KILN_CHECK(manager.latest().has_value(), kOp, "--resume latest: no checkpoint in {}", ckpt_dir);
+    resume = *manager.latest();
+  }
+
+  // The tokenizer: trained on the whole file (nanoGPT's prepare.py), or the
+  // checkpoint's when resuming, so a resumed run encodes the same ids.
+  const std::string text = read_text(o.data);
+  std::shared_ptr<const data::Tokenizer> tok;
+  json resumed;
+  if (!resume.empty()) {
+    io::CheckpointInfo info;
+    resumed = read_config(kOp, resume, info);
+    tok = data::tokenizer_from_json(resumed["tokenizer"].get<std::string>());
+  } else {
+    tok = data::train_tokenizer(o.tokenizer, text, {.vocab_size = o.vocab_size});
+  }
+  std::vector<int64_t> ids;
+  try {
+    ids = tok->encode(text);
+  } catch (const Error& e) {
+    KILN_FAIL(kOp, "--data {}: {}", o.data, e.what());
+  }
+  // 90/10 split (nanoGPT: train = data[:int(n * 0.9)]). Each split needs a
+  // window of T tokens plus the target after it.
+  const int64_t n = int64_t(ids.size()), n_train = int64_t(double(n) * 0.9), n_val = n - n_train;
+  KILN_CHECK(std::min(n_train, n_val) >= o.block_size + 1, kOp,
+             "--data {} has {} tokens: its 90/10 split gives {} train and {} val tokens, and each needs more than "
+             "--block-size {} (a window and its next token)",
+             o.data, n, n_train, n_val, o.block_size);
+  auto train_split = std::make_shared<data::TokenDataset>(std::vector<int64_t>(ids.begin(), ids.begin() + n_train),
+                                                          tok, o.block_size);
+  auto val_split =
+      std::make_shared<data::TokenDataset>(std::vector<int64_t>(ids.begin() + n_train, ids.end()), tok, o.block_size);
+
+  const models::GPTConfig cfg{.vocab_size = tok->vocab_size(),
+                              .block_size = o.block_size,
+                              .n_layer = o.n_layer,
+                              .n_head = o.n_head,
+                              .n_embd = o.n_embd,
+                              .dropout = o.dropout};
+  if (!resume.empty()) {
+    // Name the first flag that differs; the loader and scheduler would refuse
+    // the file too, with a less helpful message.
+    const json want = {{"model", model_json(cfg)}, {"train", train_json(o, n)}};
+    for (const char* part : {"model", "train"}) {
+      const json& have = resumed.value(part, json::object());
+      for (const auto& [key, value] : want[part].items())
+        KILN_CHECK(have.contains(key) && have[key] == value, kOp,
+                   "--resume {}: the checkpoint was trained with {} {}, this run asks for {}", resume, key,
+                   have.contains(key) ? have[key].dump() : "(none)", value.dump());
+    }
+  }
+
+  // Streams: parameters, dropout, and the three batch streams (train steps,
+  // the train and val estimates), all from --seed.
+  Rngs rngs{{"params", o.seed}, {"dropout", o.seed + 1}};
+  Rngs data_rngs{{"data", o.seed}};
+  const uint64_t train_seed = data_rngs.next("data").next_u64(), train_eval_seed = data_rngs.next("data").next_u64(),
+                 val_eval_seed = data_rngs.next("data").next_u64();
+  auto gpt = std::make_shared<models::GPT>(cfg, rngs);
+  // nanoGPT's configure_optimizers: decay every tensor of 2 or more
+  // dimensions (Linear weights, both embeddings), not the LayerNorm scales.
+  nn::ParameterList all = gpt->parameters();
+  auto matrices = all.filter([](const std::string&, const nn::Parameter& p) { return p.value().dim() >= 2; });
+  auto others = all.filter([](const std::string&, const nn::Parameter& p) { return p.value().dim() < 2; });
+  std::vector<optim::ParamGroup> groups = {{matrices, {{"weight_decay", o.weight_decay}}}};
+  if (!others.empty()) groups.push_back({others, {{"weight_decay", 0.0}}});
+  optim::AdamW opt(groups, {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay});
+  LmTask task(*gpt, opt, rngs, o.grad_clip);
+  auto schedule = std::make_shared<optim::LinearWarmupCosineScheduler>(optim::LinearWarmupCosineOptions{
+      .target_lr = o.lr, .min_lr = o.min_lr, .warmup_steps = o.warmup, .total_steps = o.iters});
+
+  // One epoch of `iters` batches; the estimates are fixed sets of eval_iters
+  // batches, the same at every evaluation (less noise between evaluations
+  // than nanoGPT's fresh draws, the same expected value).
+  data::DataLoader train_loader(std::make_shared<RandomWindows>(train_split, o.iters * o.batch_size, train_seed),
+                                {.batch_size = o.batch_size, .shuffle = false});
+  auto eval_loader = [&](std::shared_ptr<const data::TokenDataset> split, uint64_t seed) {
+    return std::make_shared<data::DataLoader>(
+        std::make_shared<RandomWindows>(std::move(split), o.eval_iters * o.batch_size, seed),
+        data::DataLoaderOptions{.batch_size = o.batch_size, .shuffle = false, .prefetch = 1});
+  };
+  auto train_eval = std::make_shared<train::Validation>(
+      eval_loader(train_split, train_eval_seed),
+      train::ValidationOptions{.every_n_steps = o.eval_interval, .prefix = "train/"});
+  auto val_eval = std::make_shared<train::Validation>(
+      eval_loader(val_split, val_eval_seed), train::ValidationOptions{.every_n_steps = o.eval_interval});
+
+  fs::create_directories(o.out);
+  if (!resume.empty()) {
+    fmt::print(log, "resuming from {}\n", resume);
+  } else if (fs::exists(ckpt_dir)) {
+    // A new run in this folder replaces the previous one (its log is
+    // truncated too); --resume continues it instead.
+    fs::remove_all(ckpt_dir);
+  }
+  auto checkpoints = std::make_shared<train::CheckpointCallback>(
+      ckpt_dir, train::CheckpointCallbackOptions{
+                    .monitor = "val/loss", .every_n_steps = o.eval_interval, .restore_best = false});
+  std::vector<std::shared_ptr<train::Callback>> callbacks = {
+      std::make_shared<train::LRSchedulerCallback>(schedule),
+      // Before the bar and the logger: they show and log the estimates.
+      train_eval,
+      val_eval,
+      std::make_shared<train::ProgressBar>(),
+      std::make_shared<train::CsvLogger>(
+          csv, train::CsvLoggerOptions{.append = false, .log_keys = {"train/loss", "val/loss"}}),
+      std::make_shared<train::Summary>(),
+      checkpoints,  // last: its checkpoints hold the other callbacks' state
+  };
+  train::Trainer trainer(1, callbacks,
+                         {.max_steps = o.iters,
+                          .tokens_per_sample = o.block_size,
+                          .out = &log,
+                          .tty = o.tty,
+                          .config = config_json(cfg, *tok, o, n)});
+
+  fmt::print(log,
+             "lm: {} parameters ({} layers, {} heads, width {}, context {}) · {} tokenizer, vocabulary {} · {} train / "
+             "{} val tokens · batch {} · {} iterations · {} thread{}\n",
+             gpt->num_parameters(), cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, tok->name(),
+             tok->vocab_size(), n_train, n_val, o.batch_size, o.iters, get_num_threads(),
+             get_num_threads() == 1 ? "" : "s");
+
+  trainer.fit(task, train_loader, resume);
+
+  LmResult r;
+  r.val_loss = val_eval->result().loss;
+  r.train_loss = train_eval->result().loss;
+  r.iters = trainer.progress().global_step;
+  r.train_seconds = trainer.elapsed();
+  r.parameters = gpt->num_parameters();
+  r.checkpoint = checkpoints->latest();
+  r.csv = csv;
+  r.wall_seconds = seconds_since(start);
+  fmt::print(log, "val loss: {:.4f} · train loss {:.4f} ({} batches of {} x {} tokens each) · {} iterations\n",
+             r.val_loss, r.train_loss, o.eval_iters, o.batch_size, o.block_size, r.iters);
+  fmt::print(log, "time: {:.1f} s training, {:.1f} s wall (evaluations, tokenizer and checkpoints included)\n",
+             r.train_seconds, r.wall_seconds);
+  fmt::print(log, "wrote {} and {}\n", csv, r.checkpoint);
+  return r;
+}
+
+LanguageModel load_lm(const std::string& path) {
+  const std::string file = resolve_checkpoint(kLoad, path);
+  io::CheckpointInfo info;
+  json config = read_config(kLoad, file, info);
+  LanguageModel lm;
+  lm.config = model_from_json(kLoad, file, config["model"]);
+  try {
+    lm.tokenizer = data::tokenizer_from_json(config["tokenizer"].get<std::string>());
+  } catch (const Error& e) {
+    KILN_FAIL(kLoad, "{}: its tokenizer: {}", file, e.what());
+  }
+  KILN_CHECK(lm.tokenizer->vocab_size() == lm.config.vocab_size, kLoad,
+             "{}: the tokenizer has {} tokens but the model's vocab_size is {}", file, lm.tokenizer->vocab_size(),
+             lm.config.vocab_size);
+  Rngs rngs(0);  // the initial values are overwritten by the load
+  lm.model = std::make_shared<models::GPT>(lm.config, rngs);
+  io::Checkpoint ckpt;
+  ckpt.model(*lm.model);
+  ckpt.load(file);
+  lm.model->eval();
+  lm.iters = info.progress.global_step;
+  return lm;
+}
+
+}  // namespace kiln::app

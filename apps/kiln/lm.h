@@ -1,0 +1,86 @@
+// The language-model job: train nanoGPT's model (models::GPT) on a text file
+// with nanoGPT's shakespeare_char recipe (config/train_shakespeare_char.py
+// with its README's CPU overrides), validate on a held-out tail of the file,
+// log every step to CSV, keep resumable checkpoints, print the final
+// validation loss and the wall time. `kiln train lm` is a thin command line
+// over this; load_lm() reads a checkpoint back for `kiln generate`.
+//
+//   app::LmOptions o{.data = "../shared/data/tinyshakespeare.txt"};
+//   app::LmResult r = app::train_lm(o);          // r.val_loss ~ 1.88 after 2000 iterations
+//   app::LanguageModel lm = app::load_lm(r.checkpoint);
+//   lm.tokenizer->decode(...);                   // lm.model->forward(idx) [B, T] -> [B, T, V]
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "kiln/data/tokenizer.h"
+#include "kiln/models/gpt.h"
+
+namespace kiln::app {
+
+struct LmOptions {
+  std::string data = "";           // the text file (required)
+  std::string tokenizer = "char";  // "char", "byte" or "bpe", trained on the whole file
+  int64_t vocab_size = 4096;       // bpe only: 256 bytes + merges
+  // The model (models::GPTConfig; the vocabulary comes from the tokenizer).
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+  int64_t block_size = 64;  // context T
+  double dropout = 0.0;
+  // Optimisation: AdamW, linear warmup from 0 to lr over `warmup` iterations,
+  // then cosine down to min_lr at `iters`; weight decay on the 2-D tensors only.
+  int64_t iters = 2000;
+  int64_t batch_size = 12;
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup = 100;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double grad_clip = 1.0;  // max global gradient norm; 0: no clipping
+  // Loss estimates of train and val: eval_iters batches each, every
+  // eval_interval iterations and at the end.
+  int64_t eval_interval = 250;
+  int64_t eval_iters = 200;
+  uint64_t seed = 0;  // parameters, dropout and the batches
+  int threads = 0;    // 0: kiln's default (all cores)
+  std::string out = "runs/lm";  // metrics.csv and checkpoints/ go here
+  std::string resume = "";      // "": a new run; "latest": the newest checkpoint in out; else a path
+  std::ostream* log = nullptr;  // where output goes; nullptr: std::cout
+  std::optional<bool> tty = {}; // progress bar in place; default: whether stdout is a terminal
+};
+
+struct LmResult {
+  double val_loss = 0;        // the last estimate (eval_iters batches of the val split)
+  double train_loss = 0;      // the same on the train split
+  int64_t iters = 0;          // optimizer steps done in all (resumed runs count the earlier ones)
+  double train_seconds = 0;   // this process's training time, evaluations excluded
+  double wall_seconds = 0;    // this process's whole run: tokenizer, evaluations, checkpoints
+  int64_t parameters = 0;
+  std::string checkpoint;     // the newest checkpoint
+  std::string csv;            // the per-step log
+};
+
+/// Runs the job; kiln::Error on bad options, a missing or too short file, or a
+/// checkpoint of another setup.
+LmResult train_lm(const LmOptions& options);
+
+/// A trained model and its tokenizer, rebuilt from a checkpoint of train_lm.
+struct LanguageModel {
+  models::GPTConfig config;
+  std::shared_ptr<models::GPT> model;  // in eval mode
+  std::shared_ptr<const data::Tokenizer> tokenizer;
+  int64_t iters = 0;                   // the optimizer steps it was trained for
+};
+
+/// `path`: a checkpoint file, or a run folder (its newest checkpoint). The
+/// model config and the tokenizer come from the file's config; everything is
+/// validated (kiln::Error "[load_lm] <path>: ...").
+LanguageModel load_lm(const std::string& path);
+
+}  // namespace kiln::app
