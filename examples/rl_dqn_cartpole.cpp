@@ -1,5 +1,4 @@
-// DQN on CartPole-v1 (kiln/rl/dqn.h), CleanRL's dqn.py settings with a
-// Huber TD loss: trains for --steps environment steps and, every
+// DQN on CartPole-v1 (kiln/rl/dqn.h) with CleanRL's dqn.py settings: trains for --steps environment steps and, every
 // --eval-every, runs --eval-episodes deterministic (greedy) episodes on a
 // separate environment. Prints one line per evaluation and a summary:
 // the first evaluation at or above 475 (CartPole-v1's solved threshold).

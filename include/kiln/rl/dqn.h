@@ -1,7 +1,7 @@
 // Deep Q-learning (SPECS R8; Mnih et al. 2015), as CleanRL's dqn.py: an
 // online and a target Q network, a linear epsilon-greedy schedule, a replay
-// buffer, a Huber (smooth L1) TD loss and Adam, optionally double DQN (van
-// Hasselt et al. 2016). Letters: E environments, B batch rows, O observation
+// buffer, a squared (CleanRL's) or Huber (smooth L1) TD loss and Adam,
+// optionally double DQN (van Hasselt et al. 2016). Letters: E environments, B batch rows, O observation
 // size, n actions.
 //
 // Counters follow CleanRL's loop, which steps one environment: `step` counts
@@ -50,8 +50,8 @@ class QNetwork : public nn::Module {
   int64_t obs_dim_ = 0, num_actions_ = 0;
 };
 
-/// CleanRL's argument names and dqn.py's defaults, except the loss (Huber,
-/// not MSE) and the documented additions.
+/// CleanRL's argument names and dqn.py's defaults, plus the documented
+/// additions (off by default).
 struct DQNOptions {
   int64_t total_timesteps = 500'000;  // environment steps of the run (all copies)
   double learning_rate = 2.5e-4;
