@@ -38,7 +38,8 @@ TEST(RlSacUpdate, MatchesCleanRLsUpdateInPyTorch) {
   const auto& g = golden("rl_sac");
   const auto& args = g.at("args");
   auto env = make_vector_env("Pendulum-v1", 1);
-  SAC sac(*env, {.gamma = args.at("gamma").get<double>(),
+  SAC sac(*env, {.buffer_size = 16,
+                 .gamma = args.at("gamma").get<double>(),
                  .tau = args.at("tau").get<double>(),
                  .policy_lr = args.at("policy_lr").get<double>(),
                  .q_lr = args.at("q_lr").get<double>(),
@@ -169,7 +170,7 @@ TEST(RlSac, BadOptionsAndInputsAreErrors) {
   EXPECT_KILN_ERROR(SAC(env, {.q_lr = 0}), "[SAC] policy_lr 0.0003 and q_lr 0 must be positive");
   EXPECT_KILN_ERROR(SAC(env, {.alpha = -1}), "[SAC] needs gamma in [0, 1], tau in (0, 1], alpha >= 0");
   BanditEnv discrete(2);
-  EXPECT_KILN_ERROR(SAC(discrete, {}), "[SAC] Bandit: actions must be Box([A]), got Discrete(3)");
+  EXPECT_KILN_ERROR(SAC(discrete, {.buffer_size = 8}), "[SAC] Bandit: actions must be Box([A]), got Discrete(3)");
   SAC sac(env, {.total_timesteps = 4, .buffer_size = 8, .learning_starts = 0, .hidden = 4});
   EXPECT_KILN_ERROR(sac.act(zeros({3, 2})), "[SACActor] observations must be [B, 1], got [3, 2] f32");
   EXPECT_KILN_ERROR(sac.critics().qf1(zeros({3, 1}), zeros({2, 1})), "[SoftQNetwork] needs obs [B, 1] and action [B, 1]");
