@@ -192,7 +192,7 @@ DQNStats DQN::take_window() {
   DQNStats s;
   s.step = step_;
   s.global_step = global_step();
-  s.epsilon = epsilon(global_step() - 1);
+  s.epsilon = epsilon(std::max<int64_t>(step_ - 1, 0) * env_.num_envs());  // what the last step used
   s.updates = updates_;
   s.td_loss = window_updates_ ? loss_sum_ / double(window_updates_) : nan;
   s.q_value = window_updates_ ? q_sum_ / double(window_updates_) : nan;
