@@ -103,7 +103,7 @@ TEST(RlSac, LearnsAContinuousBandit) {
 
 TEST(RlSac, RandomActionsBeforeLearningStartsStayInTheBox) {
   ContinuousBanditEnv env(8, 0.0);  // the bandit rejects actions outside [-2, 2]
-  SAC sac(env, {.total_timesteps = 8 * 20, .learning_starts = 8 * 20, .hidden = 4});
+  SAC sac(env, {.total_timesteps = 8 * 20, .buffer_size = 256, .learning_starts = 8 * 20, .hidden = 4});
   sac.learn();
   EXPECT_EQ(sac.replay_buffer().size(), 160);
   Generator gen(0);
