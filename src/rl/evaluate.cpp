@@ -10,11 +10,6 @@
 namespace kiln::rl {
 
 EvaluationResult evaluate_policy(ActorCritic& agent, VectorEnv& env, const EvaluationOptions& o) {
-  constexpr const char* op = "evaluate_policy";
-  KILN_CHECK(o.episodes > 0, op, "episodes must be positive, got {}", o.episodes);
-  KILN_CHECK(o.max_steps > 0, op, "max_steps must be positive, got {}", o.max_steps);
-  const int64_t E = env.num_envs();
-  const Space& action_space = env.spec().action;
   NoGradGuard no_grad;
   const bool was_training = agent.is_training();
   agent.eval();
@@ -23,20 +18,35 @@ EvaluationResult evaluate_policy(ActorCritic& agent, VectorEnv& env, const Evalu
     bool on;
     ~Restore() { m.train(on); }
   } restore{agent, was_training};
+  const Space& action_space = env.spec().action;
+  Generator gen(o.seed);
+  return evaluate_policy(
+      [&](const Tensor& obs) {
+        PolicyOutput out = agent.evaluate(obs);
+        ActionDistribution pi(action_space, out.params, out.log_std);
+        return o.deterministic ? pi.mode() : pi.sample(gen).action;
+      },
+      env, o);
+}
+
+EvaluationResult evaluate_policy(const Policy& policy, VectorEnv& env, const EvaluationOptions& o) {
+  constexpr const char* op = "evaluate_policy";
+  KILN_CHECK(bool(policy), op, "the policy is empty");
+  KILN_CHECK(o.episodes > 0, op, "episodes must be positive, got {}", o.episodes);
+  KILN_CHECK(o.max_steps > 0, op, "max_steps must be positive, got {}", o.max_steps);
+  const int64_t E = env.num_envs();
+  NoGradGuard no_grad;
 
   std::vector<int64_t> target(static_cast<size_t>(E)), done_count(size_t(E), 0), length(size_t(E), 0);
   for (int64_t i = 0; i < E; ++i) target[i] = (o.episodes + i) / E;
   std::vector<double> running(size_t(E), 0.0);
   EvaluationResult r;
-  Generator gen(o.seed);
   Tensor obs = env.reset(o.seed);
   int64_t remaining = o.episodes;
   for (int64_t step = 0; remaining > 0; ++step) {
     KILN_CHECK(step < o.max_steps, op, "{}: {} of {} episodes still running after {} steps", env.spec().name,
                remaining, o.episodes, o.max_steps);
-    PolicyOutput out = agent.evaluate(obs);
-    ActionDistribution pi(action_space, out.params, out.log_std);
-    Transition t = env.step(o.deterministic ? pi.mode() : pi.sample(gen).action);
+    Transition t = env.step(policy(obs));
     r.env_steps += E;
     const std::vector<double> reward = t.reward.to_vector<double>();
     const std::vector<bool> done = t.done().to_vector<bool>();

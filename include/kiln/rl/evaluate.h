@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kiln/rl/actor_critic.h"
@@ -36,5 +37,13 @@ struct EvaluationResult {
 /// episodes do not crowd out the long ones; the others keep stepping with
 /// their results ignored.
 EvaluationResult evaluate_policy(ActorCritic& agent, VectorEnv& env, const EvaluationOptions& options = {});
+
+/// Any policy: observations [E, *O] -> the environment's actions [E, *A]
+/// (DQN's greedy one, SAC's squashed mean, a scripted one).
+using Policy = std::function<Tensor(const Tensor& obs)>;
+
+/// The same loop over a policy function, called under no-grad;
+/// options.deterministic does not apply (the policy decides).
+EvaluationResult evaluate_policy(const Policy& policy, VectorEnv& env, const EvaluationOptions& options = {});
 
 }  // namespace kiln::rl

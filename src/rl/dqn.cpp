@@ -1,0 +1,254 @@
+// DQN (kiln/rl/dqn.h): CleanRL's dqn.py loop on kiln's ReplayBuffer.
+#include "kiln/rl/dqn.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "kiln/core/error.h"
+#include "kiln/core/grad_mode.h"
+#include "kiln/nn/activation.h"
+#include "kiln/nn/linear.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/index.h"
+#include "kiln/ops/loss.h"
+#include "kiln/ops/random.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
+#include "kiln/optim/clip.h"
+#include "src/rl/offpolicy_util.h"
+
+namespace kiln::rl {
+
+namespace {
+
+constexpr const char* kOp = "DQN";
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+QNetwork::QNetwork(const EnvSpec& spec, const nn::Init& init, const std::vector<int64_t>& hidden) {
+  KILN_CHECK(spec.observation.kind == SpaceKind::Box && spec.observation.shape.size() == 1, "QNetwork",
+             "{}: observations must be Box([O]), got {}", spec.name, spec.observation.to_string());
+  KILN_CHECK(spec.action.kind == SpaceKind::Discrete, "QNetwork", "{}: actions must be Discrete(n), got {}",
+             spec.name, spec.action.to_string());
+  for (int64_t h : hidden) KILN_CHECK(h > 0, "QNetwork", "hidden sizes must be positive, got {}", h);
+  obs_dim_ = spec.observation.shape[0];
+  num_actions_ = spec.action.n;
+  nn::Sequential seq;
+  int64_t in = obs_dim_;
+  for (int64_t h : hidden) {
+    seq.push_back(nn::Linear(in, h, init));
+    seq.push_back(nn::ReLU());
+    in = h;
+  }
+  seq.push_back(nn::Linear(in, num_actions_, init));
+  network_ = register_module("network", std::move(seq));
+}
+
+Tensor QNetwork::forward(const Tensor& obs) const {
+  KILN_CHECK(obs.defined() && obs.dim() == 2 && obs.size(1) == obs_dim_, "QNetwork",
+             "observations must be [B, {}], got {}", obs_dim_, describe(obs));
+  return network_(obs);
+}
+
+void DQNOptions::validate() const {
+  KILN_CHECK(total_timesteps > 0 && buffer_size > 0 && batch_size > 0 && train_frequency > 0 &&
+                 target_network_frequency > 0,
+             kOp,
+             "total_timesteps {}, buffer_size {}, batch_size {}, train_frequency {} and target_network_frequency {} "
+             "must be positive",
+             total_timesteps, buffer_size, batch_size, train_frequency, target_network_frequency);
+  KILN_CHECK(learning_rate > 0 && adam_eps > 0, kOp, "learning_rate {} and adam_eps {} must be positive",
+             learning_rate, adam_eps);
+  KILN_CHECK(gamma >= 0 && gamma <= 1 && tau > 0 && tau <= 1, kOp, "needs gamma in [0, 1] and tau in (0, 1]; got {}, {}",
+             gamma, tau);
+  KILN_CHECK(start_e >= 0 && start_e <= 1 && end_e >= 0 && end_e <= 1 && exploration_fraction >= 0, kOp,
+             "needs start_e and end_e in [0, 1] and exploration_fraction >= 0; got {}, {}, {}", start_e, end_e,
+             exploration_fraction);
+  KILN_CHECK(learning_starts >= 0 && max_grad_norm >= 0, kOp, "learning_starts {} and max_grad_norm {} must be >= 0",
+             learning_starts, max_grad_norm);
+}
+
+double linear_schedule(double start, double end, double duration, double t) {
+  if (duration <= 0) return end;
+  const double v = start + (end - start) / duration * t;  // CleanRL: slope * t + start, clipped at end
+  return start >= end ? std::max(v, end) : std::min(v, end);
+}
+
+std::pair<Tensor, Tensor> dqn_loss(const Tensor& q, const Tensor& next_q, const Tensor& next_online_q,
+                                   const ReplayBatch& b, const DQNOptions& o) {
+  const int64_t B = b.reward.size(0);
+  KILN_CHECK(q.dim() == 2 && q.size(0) == B && next_q.sizes() == q.sizes() &&
+                 (!o.double_q || (next_online_q.defined() && next_online_q.sizes() == q.sizes())),
+             "dqn_loss", "q {}, next_q {} and (double_q) next_online_q {} must be [B = {}, n] alike", describe(q),
+             describe(next_q), describe(next_online_q), B);
+  Tensor target;
+  {
+    NoGradGuard no_grad;
+    Tensor next_value = o.double_q ? gather(next_q, 1, argmax(next_online_q, 1, true)).squeeze(1)
+                                   : std::get<0>(max(next_q, 1));
+    Tensor not_done = 1.0 - b.terminated.to(next_value.dtype());
+    target = b.reward.to(next_value.dtype()) + o.gamma * next_value * not_done;
+  }
+  Tensor q_taken = gather(q, 1, b.action.to(kI64).unsqueeze(1)).squeeze(1);
+  Tensor loss = o.huber ? smooth_l1_loss(q_taken, target) : mse_loss(q_taken, target);
+  return {loss, q_taken};
+}
+
+DQN::DQN(VectorEnv& env, const DQNOptions& options)
+    : env_(env), options_(options), buffer_((options.validate(), options.buffer_size), env.spec()) {
+  const EnvSpec& spec = env.spec();
+  KILN_CHECK(spec.action.kind == SpaceKind::Discrete, kOp, "{}: DQN needs Discrete(n) actions, got {}", spec.name,
+             spec.action.to_string());
+  num_steps_ = options.total_timesteps / env.num_envs();
+  KILN_CHECK(num_steps_ > 0, kOp, "total_timesteps {} is less than one step of {} environments",
+             options.total_timesteps, env.num_envs());
+  Rngs rngs{{"params", options.seed}, {"dqn", options.seed}};
+  q_ = std::make_unique<QNetwork>(spec, nn::Init(rngs), options.hidden);
+  target_ = std::make_unique<QNetwork>(spec, nn::Init(rngs), options.hidden);
+  target_->load_state_dict(q_->state_dict());
+  optimizer_ = std::make_unique<optim::Adam>(q_->parameters(),
+                                             optim::AdamOptions{.lr = options.learning_rate, .eps = options.adam_eps});
+  explore_gen_ = rngs.next("dqn");
+  sample_gen_ = rngs.next("dqn");
+  reset_env(offpolicy::env_seed(options.seed, 0));
+}
+
+DQN::~DQN() = default;
+
+void DQN::reset_env(uint64_t seed) {
+  obs_ = env_.reset(seed);
+  episode_return_.assign(size_t(env_.num_envs()), 0.0);
+  episode_length_.assign(size_t(env_.num_envs()), 0);
+}
+
+double DQN::epsilon(int64_t global_step) const {
+  const DQNOptions& o = options_;
+  return linear_schedule(o.start_e, o.end_e, o.exploration_fraction * double(o.total_timesteps), double(global_step));
+}
+
+Tensor DQN::act(const Tensor& obs) {
+  NoGradGuard no_grad;
+  return argmax(q_->forward(obs), 1);
+}
+
+Policy DQN::greedy_policy() {
+  return [this](const Tensor& obs) { return act(obs); };
+}
+
+void DQN::step() {
+  KILN_CHECK(!done(), kOp, "all {} steps of total_timesteps {} are done", num_steps_, options_.total_timesteps);
+  const int64_t E = env_.num_envs();
+  const DQNOptions& o = options_;
+  Tensor action;
+  {
+    // Per environment: a uniform coin against epsilon, a uniform random action
+    // (both drawn every step, so the stream's use does not depend on the coins).
+    NoGradGuard no_grad;
+    Tensor coin = rand({E}, explore_gen_, {.dtype = kF64});
+    Tensor random = randint(0, env_.spec().action.n, {E}, explore_gen_);
+    action = where(lt(coin, epsilon(global_step())), random, act(obs_));
+  }
+  Transition t = env_.step(action);
+  buffer_.add(obs_, action, t);
+  offpolicy::track_episodes(t, episode_return_, episode_length_, return_sum_, length_sum_, window_episodes_);
+  obs_ = t.obs;
+  ++step_;
+
+  if (global_step() > o.learning_starts) {
+    if (step_ % o.train_frequency == 0) {
+      DQNUpdate u = update(buffer_.sample(o.batch_size, sample_gen_));
+      loss_sum_ += u.td_loss;
+      q_sum_ += u.q_value;
+      ++window_updates_;
+    }
+    if (step_ % o.target_network_frequency == 0) update_target();
+  }
+}
+
+DQNUpdate DQN::update(const ReplayBatch& batch) {
+  Tensor next_q, next_online_q;
+  {
+    NoGradGuard no_grad;
+    next_q = target_->forward(batch.next_obs);
+    if (options_.double_q) next_online_q = q_->forward(batch.next_obs);
+  }
+  auto [loss, q_taken] = dqn_loss(q_->forward(batch.obs), next_q, next_online_q, batch, options_);
+  optimizer_->zero_grad();
+  loss.backward();
+  if (options_.max_grad_norm > 0) optim::clip_grad_norm_(optimizer_->params(), options_.max_grad_norm);
+  optimizer_->step();
+  ++updates_;
+  NoGradGuard no_grad;
+  return {loss.item<double>(), mean(q_taken).item<double>()};
+}
+
+void DQN::update_target() { offpolicy::soft_update(*target_, *q_, options_.tau); }
+
+DQNStats DQN::take_window() {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  DQNStats s;
+  s.step = step_;
+  s.global_step = global_step();
+  s.epsilon = epsilon(std::max<int64_t>(step_ - 1, 0) * env_.num_envs());  // what the last step used
+  s.updates = updates_;
+  s.td_loss = window_updates_ ? loss_sum_ / double(window_updates_) : nan;
+  s.q_value = window_updates_ ? q_sum_ / double(window_updates_) : nan;
+  s.episodes = window_episodes_;
+  s.mean_return = window_episodes_ ? return_sum_ / double(window_episodes_) : nan;
+  s.mean_length = window_episodes_ ? length_sum_ / double(window_episodes_) : nan;
+  loss_sum_ = q_sum_ = return_sum_ = length_sum_ = 0;
+  window_updates_ = window_episodes_ = 0;
+  return s;
+}
+
+void DQN::learn(const std::function<bool(const DQNStats&)>& on_stats, int64_t stats_every) {
+  KILN_CHECK(stats_every > 0, kOp, "stats_every must be positive, got {}", stats_every);
+  auto t0 = Clock::now();
+  take_window();
+  while (!done()) {
+    step();
+    if (step_ % stats_every != 0 && !done()) continue;
+    DQNStats s = take_window();
+    s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    t0 = Clock::now();
+    if (on_stats && !on_stats(s)) break;
+  }
+}
+
+// ---- checkpoint state ----
+
+void DQN::checkpoint(io::Checkpoint& ckpt, const std::string& name) {
+  ckpt.model(*q_, name + ".q").model(*target_, name + ".target").optimizer(*optimizer_, name + ".optim");
+  buffer_.checkpoint(ckpt, name + ".replay");
+  ckpt.state(name, *this);
+}
+
+io::State DQN::state() const {
+  io::State s{{"step", std::to_string(step_)}, {"updates", std::to_string(updates_)},
+              {"num_envs", std::to_string(env_.num_envs())}};
+  offpolicy::put_generator(s, "explore_gen", explore_gen_);
+  offpolicy::put_generator(s, "sample_gen", sample_gen_);
+  return s;
+}
+
+void DQN::load_state(const io::State& s) {
+  const int64_t step = io::state_i64(s, "step", kOp), updates = io::state_i64(s, "updates", kOp);
+  const int64_t envs = io::state_i64(s, "num_envs", kOp);
+  KILN_CHECK(envs == env_.num_envs(), kOp, "the state is of {} environments, this DQN runs {}", envs,
+             env_.num_envs());
+  KILN_CHECK(step >= 0 && step <= num_steps_ && updates >= 0, kOp,
+             "the state is at step {} ({} updates), outside this run's {} steps", step, updates, num_steps_);
+  const GeneratorState explore = offpolicy::get_generator(s, "explore_gen", kOp);
+  const GeneratorState sample = offpolicy::get_generator(s, "sample_gen", kOp);
+  step_ = step;
+  updates_ = updates;
+  explore_gen_.set_state(explore);
+  sample_gen_.set_state(sample);
+  take_window();
+  reset_env(offpolicy::env_seed(options_.seed, step));
+}
+
+}  // namespace kiln::rl
