@@ -20,8 +20,8 @@ TEST(GenerateJob, StreamsSeededText) {
   for (int i = 0; i < 60; ++i) text += "ROMEO:\nBut soft, what light through yonder window breaks?\n\n";
   std::ofstream(dir + "/text.txt", std::ios::binary) << text;
   std::ostringstream log;
-  train_lm({.data = dir + "/text.txt", .n_layer = 1, .n_head = 2, .n_embd = 32, .block_size = 16, .iters = 40,
-            .batch_size = 8, .lr = 1e-2, .min_lr = 1e-3, .warmup = 2, .eval_interval = 40, .eval_iters = 2,
+  train_lm({.data = dir + "/text.txt", .n_layer = 1, .n_head = 2, .n_embd = 32, .block_size = 16, .iters = 200,
+            .batch_size = 8, .lr = 1e-2, .min_lr = 1e-3, .warmup = 2, .eval_interval = 200, .eval_iters = 2,
             .out = dir + "/run", .log = &log, .tty = false});
 
   std::ostringstream out1, out2, out3;
