@@ -4,6 +4,7 @@
 //   kiln train lm --data FILE [--tokenizer char|byte|bpe] [--iters N] [--lr X] ... (apps/kiln/lm.h)
 //   kiln generate --checkpoint PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
 //                 [--top-p P] [--seed S] (apps/kiln/generate.h)
+//   kiln rl dqn cartpole | kiln rl sac pendulum [--seed N] [--total-steps N] [--out DIR] ...
 //   kiln rl ppo cartpole|pendulum [--seed N] [--total-steps N] [--envs N] [--out DIR] [--resume]
 //                                 [--threads N] [--eval-every N] [--eval-episodes N]
 #include <CLI/CLI.hpp>
@@ -15,6 +16,7 @@
 #include "apps/kiln/generate.h"
 #include "apps/kiln/lm.h"
 #include "apps/kiln/rl.h"
+#include "apps/kiln/rl_offpolicy.h"
 #include "kiln/core/error.h"
 
 int main(int argc, char** argv) {
@@ -97,6 +99,26 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
 
+  // DQN (CartPole) and SAC (Pendulum) with CleanRL's defaults (docs/rl_offpolicy.md).
+  kiln::app::OffPolicyJobOptions dqn_o{.algo = "dqn"}, sac_o{.algo = "sac"};
+  CLI::App* offpolicy[2] = {rl->add_subcommand("dqn", "DQN on CartPole (docs/rl_offpolicy.md)"),
+                            rl->add_subcommand("sac", "SAC with fixed alpha on Pendulum (docs/rl_offpolicy.md)")};
+  for (auto [sub, op] : {std::pair{offpolicy[0], &dqn_o}, std::pair{offpolicy[1], &sac_o}}) {
+    const std::string env = op->algo == "dqn" ? "cartpole" : "pendulum";
+    sub->add_option("env", op->env, env)->required()->check(CLI::IsMember({env}));
+    sub->add_option("--seed", op->seed, "seed of parameters, exploration, replay sampling and resets")
+        ->capture_default_str();
+    sub->add_option("--total-steps", op->total_steps, "environment steps (default: 200k for dqn, 30k for sac)")
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--out", op->out, "output folder: metrics.csv, checkpoints/ (default: runs/<algo>-<env>)");
+    sub->add_option("--threads", op->threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber)->capture_default_str();
+    sub->add_option("--eval-every", op->eval_every, "environment steps between evaluations and checkpoints")
+        ->check(CLI::NonNegativeNumber);
+    sub->add_option("--eval-episodes", op->eval_episodes, "episodes per deterministic evaluation")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+  }
+
   auto* gen = app.add_subcommand("generate", "sample text from a `kiln train lm` checkpoint, streamed");
   kiln::app::GenerateTextOptions g;
   gen->add_option("--checkpoint", g.checkpoint, "a checkpoint file, or a run folder (its newest)")->required();
@@ -119,6 +141,8 @@ int main(int argc, char** argv) {
       kiln::app::train_lm(l);
     }
     if (ppo->parsed()) kiln::app::run_ppo(ppo_o);
+    if (offpolicy[0]->parsed()) kiln::app::run_offpolicy(dqn_o);
+    if (offpolicy[1]->parsed()) kiln::app::run_offpolicy(sac_o);
     if (gen->parsed()) kiln::app::generate_text(g);
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "kiln: %s\n", e.what());
