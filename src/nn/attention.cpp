@@ -11,8 +11,8 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
-#include "kiln/ops/creation.h"
 #include "kiln/ops/binary.h"
+#include "kiln/ops/creation.h"
 #include "kiln/ops/dropout.h"
 #include "kiln/ops/index.h"
 #include "kiln/ops/linalg.h"

@@ -58,6 +58,33 @@ TEST(Generate, GreedyEqualsArgmaxOfFullForward) {
   }
 }
 
+// Past block_size (16) the context slides: when it would exceed 16 tokens it
+// restarts from the last 8, positions from 0. Greedy decoding then equals the
+// argmax of a full forward pass over that window.
+TEST(Generate, SlidingWindowPastBlockSize) {
+  Rngs rngs(4);
+  CausalLM lm(small(false), rngs);
+  {
+    NoGradGuard ng;
+    for (auto& p : lm.parameters())
+      if (p.value().dim() == 2) mul_(p.value(), 10.0);
+  }
+  const std::vector<int64_t> prompt{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0, 1, 2, 3, 4, 5};  // 18 > 16
+  std::vector<int64_t> got = generate(lm, prompt, {.max_new_tokens = 30, .temperature = 0});
+  ASSERT_EQ(got.size(), 30u);
+  std::vector<int64_t> seq = prompt;
+  size_t start = seq.size() - 16;
+  NoGradGuard ng;
+  for (int64_t expected : got) {
+    std::vector<int64_t> window(seq.begin() + std::ptrdiff_t(start), seq.end());
+    Tensor logits = lm.forward(tensor(window, Shape{1, int64_t(window.size())}));
+    const int64_t best = argmax(select(select(logits, 0, 0), 0, int64_t(window.size()) - 1)).item<int64_t>();
+    ASSERT_EQ(expected, best) << "at " << seq.size();
+    seq.push_back(best);
+    if (seq.size() - start > 16) start = seq.size() - 8;
+  }
+}
+
 // softmax(x / temperature) after dropping everything below the k-th largest,
 // then the most likely until the mass reaches top_p; written out here.
 std::vector<double> reference(std::vector<double> x, double temperature, int64_t k, double top_p) {
