@@ -15,13 +15,6 @@ namespace kiln::app {
 namespace {
 
 
-int64_t count_lines(const std::string& path) {
-  std::ifstream in(path);
-  int64_t n = 0;
-  for (std::string line; std::getline(in, line);) ++n;
-  return n;
-}
-
 TEST(FashionMnistJob, OneEpochOfTheCnnLearns) {
   std::string out_dir = kiln::testing::fresh_dir();
   std::ostringstream log;
@@ -30,7 +23,7 @@ TEST(FashionMnistJob, OneEpochOfTheCnnLearns) {
   EXPECT_GT(r.test_accuracy, 0.75) << log.str();
   EXPECT_EQ(r.epochs, 1);
   // 12000 / 64 = 188 steps (the last one of 32): a header and a row per step.
-  EXPECT_EQ(count_lines(r.csv), 1 + 188);
+  EXPECT_EQ(int64_t(kiln::testing::read_lines(r.csv).size()), 1 + 188);
   io::CheckpointInfo info = io::read_checkpoint_info(r.checkpoint);
   EXPECT_EQ(info.progress.global_step, 188);
   std::string text = log.str();
@@ -46,7 +39,7 @@ TEST(FashionMnistJob, OneEpochOfTheCnnLearns) {
   o.log = &log2;
   FashionMnistResult r2 = train_fashion_mnist(o);
   EXPECT_EQ(r2.epochs, 2);
-  EXPECT_EQ(count_lines(r2.csv), 1 + 2 * 188);
+  EXPECT_EQ(int64_t(kiln::testing::read_lines(r2.csv).size()), 1 + 2 * 188);
   EXPECT_EQ(io::read_checkpoint_info(r2.checkpoint).progress.global_step, 376);
   EXPECT_NE(log2.str().find("epoch 2/2 188/188"), std::string::npos) << log2.str();
   EXPECT_EQ(log2.str().find("epoch 1/2"), std::string::npos) << log2.str();

@@ -19,13 +19,6 @@
 namespace kiln::app {
 namespace {
 
-int64_t count_lines(const std::string& path) {
-  std::ifstream in(path);
-  int64_t n = 0;
-  for (std::string line; std::getline(in, line);) ++n;
-  return n;
-}
-
 // The first `bytes` of the corpus, or a repetitive text of that length.
 std::string corpus_slice(const std::string& dir, size_t bytes) {
   std::string text;
@@ -75,7 +68,7 @@ TEST(LmJob, SmokeLearnsLogsAndLoads) {
   EXPECT_LT(r.val_loss, uniform - 0.7) << log.str();  // the characters' frequencies alone give ~ln V - 0.9
   EXPECT_LT(r.train_loss, uniform - 0.7) << log.str();
   EXPECT_EQ(r.iters, 60);
-  EXPECT_EQ(count_lines(r.csv), 1 + 60);
+  EXPECT_EQ(int64_t(kiln::testing::read_lines(r.csv).size()), 1 + 60);
   std::ifstream csv(r.csv);
   std::string header;
   std::getline(csv, header);

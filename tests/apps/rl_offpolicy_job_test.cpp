@@ -15,13 +15,6 @@
 namespace kiln::app {
 namespace {
 
-int64_t count_lines(const std::string& path) {
-  std::ifstream in(path);
-  int64_t n = 0;
-  for (std::string line; std::getline(in, line);) ++n;
-  return n;
-}
-
 TEST(RlOffPolicyJob, DqnAndSacEvaluateLogAndCheckpoint) {
   for (const std::string algo : {"dqn", "sac"}) {
     const std::string out = kiln::testing::fresh_dir();
@@ -31,7 +24,7 @@ TEST(RlOffPolicyJob, DqnAndSacEvaluateLogAndCheckpoint) {
     EXPECT_EQ(r.global_step, 400) << algo;
     EXPECT_TRUE(std::isfinite(r.eval_return)) << algo;
     EXPECT_EQ(r.target_return, algo == "dqn" ? 475 : -200);
-    EXPECT_EQ(count_lines(r.csv), 1 + 2) << algo;  // header, evaluations at 200 and 400
+    EXPECT_EQ(int64_t(kiln::testing::read_lines(r.csv).size()), 1 + 2) << algo;  // header, evaluations at 200 and 400
     ASSERT_TRUE(std::filesystem::exists(r.checkpoint)) << algo;
     EXPECT_NE(io::read_checkpoint_info(r.checkpoint).config.find("\"job\":\"" + algo + "\""), std::string::npos);
     EXPECT_NE(log.str().find("after 400 steps"), std::string::npos) << log.str();

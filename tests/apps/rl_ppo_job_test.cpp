@@ -17,13 +17,6 @@
 namespace kiln::app {
 namespace {
 
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 // A CSV row without its timing columns (seconds, steps_per_second), which
 // differ between runs.
 std::string without_timing(const std::string& row) {
@@ -58,7 +51,7 @@ TEST(RlPpoJob, CartPoleSmoke) {
   // CartPole's returns are episode lengths: at least 8, at most 500.
   EXPECT_GE(r.eval_return, 8);
   EXPECT_LE(r.eval_return, 500);
-  std::vector<std::string> rows = read_lines(r.csv);
+  std::vector<std::string> rows = kiln::testing::read_lines(r.csv);
   ASSERT_EQ(rows.size(), 1u + 32u);
   EXPECT_EQ(rows[0].substr(0, 22), "iteration,global_step,");
   EXPECT_EQ(rows[1].substr(0, 7), "1,128,0");
@@ -95,7 +88,8 @@ void expect_exact_resume(const PPOJobOptions& base, int64_t stop_at) {
   EXPECT_EQ(resumed.eval_return, straight.eval_return);
   EXPECT_EQ(resumed.solved_step, straight.solved_step);
   expect_same_tensors(straight.checkpoint, resumed.checkpoint);  // parameters, buffers, Adam's moments
-  std::vector<std::string> a = read_lines(straight.csv), b = read_lines(resumed.csv);
+  std::vector<std::string> a = kiln::testing::read_lines(straight.csv);
+  std::vector<std::string> b = kiln::testing::read_lines(resumed.csv);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(without_timing(a[i]), without_timing(b[i])) << "row " << i;
   std::filesystem::remove_all(straight_dir);

@@ -30,6 +30,8 @@ Tensor golden_tensor(const nlohmann::json& j);
 /// A whole file's bytes ("" when it cannot be read), and writing them back.
 std::string read_bytes(const std::string& path);
 void write_bytes(const std::string& path, const std::string& bytes);
+/// A text file's lines, without their '\n' (empty when it cannot be read).
+std::vector<std::string> read_lines(const std::string& path);
 /// A fresh, empty folder for the running test under gtest's TempDir(), named
 /// after its suite and name (plus `suffix`); an earlier run's files are removed.
 std::string fresh_dir(const std::string& suffix = "");
