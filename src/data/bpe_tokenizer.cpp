@@ -91,8 +91,6 @@ std::vector<std::string_view> split_gpt2(std::string_view s) {
 
 namespace {
 
-inline uint64_t pair_key(int32_t left, int32_t right) { return uint64_t(uint32_t(left)) << 32 | uint32_t(right); }
-
 // Reused buffers of encode_chunk: a chunk's symbols as a linked list (sym -1:
 // merged into its left neighbour) and a min-heap of (rank << 32 | position).
 struct ChunkScratch {
@@ -123,7 +121,7 @@ void encode_chunk(const std::unordered_map<uint64_t, int32_t>& ranks, std::strin
   const auto rank_at = [&](int32_t p) -> int64_t {  // rank of the pair starting at p, or -1
     const int32_t q = s.next[size_t(p)];
     if (q < 0) return -1;
-    const auto it = ranks.find(pair_key(s.sym[size_t(p)], s.sym[size_t(q)]));
+    const auto it = ranks.find(detail::pair_key(s.sym[size_t(p)], s.sym[size_t(q)]));
     return it == ranks.end() ? -1 : it->second;
   };
   const std::greater<uint64_t> min_first;
@@ -178,7 +176,7 @@ BpeTokenizer::BpeTokenizer(std::vector<Merge> merges, Pretokenizer pretokenizer)
     const int64_t below = 256 + int64_t(r);
     KILN_CHECK(left >= 0 && left < below && right >= 0 && right < below, op,
                "merge {} is [{}, {}]: its ids must be in [0, {}) (the tokens made before it)", r, left, right, below);
-    const auto [it, fresh] = ranks_.emplace(pair_key(left, right), int32_t(r));
+    const auto [it, fresh] = ranks_.emplace(detail::pair_key(left, right), int32_t(r));
     KILN_CHECK(fresh, op, "merge {} [{}, {}] repeats merge {}", r, left, right, it->second);
     tokens_[size_t(below)] = tokens_[size_t(left)] + tokens_[size_t(right)];
   }

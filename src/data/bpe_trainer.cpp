@@ -29,8 +29,6 @@
 namespace kiln::data {
 namespace {
 
-inline uint64_t pair_key(int32_t left, int32_t right) { return uint64_t(uint32_t(left)) << 32 | uint32_t(right); }
-
 struct PairStats {
   int64_t count = 0;
   std::vector<int32_t> positions;  // where the pair starts or once started
@@ -38,7 +36,7 @@ struct PairStats {
 
 struct HeapEntry {
   int64_t count;
-  uint64_t key;  // pair_key(left, right): comparing keys compares (left, right)
+  uint64_t key;  // detail::pair_key(left, right): comparing keys compares (left, right)
   // The priority_queue's top is the largest: the highest count, then the smallest pair.
   bool operator<(const HeapEntry& o) const { return count < o.count || (count == o.count && key > o.key); }
 };
@@ -86,7 +84,7 @@ BpeTokenizer BpeTokenizer::train(std::string_view text, const BpeOptions& option
   std::unordered_map<uint64_t, PairStats> pairs;
   for (int32_t p = 0; p < int32_t(total); ++p) {
     if (next[size_t(p)] < 0) continue;
-    PairStats& s = pairs[pair_key(sym[size_t(p)], sym[size_t(next[size_t(p)])])];
+    PairStats& s = pairs[detail::pair_key(sym[size_t(p)], sym[size_t(next[size_t(p)])])];
     s.count += weight[size_t(p)];
     s.positions.push_back(p);
   }
@@ -126,12 +124,12 @@ BpeTokenizer BpeTokenizer::train(std::string_view text, const BpeOptions& option
       const int64_t w = weight[size_t(p)];
       const int32_t l = prev[size_t(p)], r = next[size_t(q)];
       if (l >= 0) {
-        add(pair_key(sym[size_t(l)], a), -w);
-        add_at(pair_key(sym[size_t(l)], id), w, l);
+        add(detail::pair_key(sym[size_t(l)], a), -w);
+        add_at(detail::pair_key(sym[size_t(l)], id), w, l);
       }
       if (r >= 0) {
-        add(pair_key(b, sym[size_t(r)]), -w);
-        add_at(pair_key(id, sym[size_t(r)]), w, p);
+        add(detail::pair_key(b, sym[size_t(r)]), -w);
+        add_at(detail::pair_key(id, sym[size_t(r)]), w, p);
       }
       sym[size_t(p)] = id;
       sym[size_t(q)] = -1;

@@ -1,5 +1,5 @@
 // Helpers of the text data sets and tokenizers (src/data only): reading a
-// whole file, strict UTF-8, and the ids of a 1-D i64 tensor.
+// whole file, strict UTF-8, the ids of a 1-D i64 tensor, and BPE's pair keys.
 #pragma once
 
 #include <cstdint>
@@ -27,5 +27,9 @@ std::string to_utf8(char32_t cp);
 /// A 1-D i64 tensor's values (`keep` holds a contiguous copy when needed);
 /// else "[op] ids must be a 1-D i64 tensor, got [2, 2] i64".
 std::span<const int64_t> ids_of(const char* op, const Tensor& ids, Tensor& keep);
+
+/// A BPE symbol pair as one 64-bit key (the trainer's pair counts, the
+/// tokenizer's merge ranks); comparing keys compares (left, right).
+inline uint64_t pair_key(int32_t left, int32_t right) { return uint64_t(uint32_t(left)) << 32 | uint32_t(right); }
 
 }  // namespace kiln::data::detail

@@ -237,9 +237,17 @@ Tensor CausalLM::run(const Tensor& idx, Rngs* rngs, CausalLMCache* cache) const 
     Generator gen = rngs->next("dropout");
     x = dropout(x, config.dropout, /*training=*/true, gen);
   }
-  for (size_t i = 0; i < h.size(); ++i) {
-    const nn::BlockCall call{.cache = cache ? &cache->layers[i] : nullptr};
-    x = rngs ? h[i]->forward(x, *rngs, call) : h[i]->forward(x, call);
+  try {
+    for (size_t i = 0; i < h.size(); ++i) {
+      const nn::BlockCall call{.cache = cache ? &cache->layers[i] : nullptr};
+      x = rngs ? h[i]->forward(x, *rngs, call) : h[i]->forward(x, call);
+    }
+  } catch (...) {
+    // The layers before the one that threw have grown their caches: roll them
+    // back so that the cache stays one consistent length.
+    if (cache)
+      for (auto& l : cache->layers) l.length = start;
+    throw;
   }
   return lm_head->forward(rms_f ? rms_f->forward(x) : ln_f->forward(x));  // [B, T, V]
 }

@@ -218,10 +218,11 @@ AttentionOutput MultiheadAttention::run(const Tensor& query_in, const Tensor& ke
     kh = rotary_embedding(kh, {.base = rotary_base, .offset = offset});
   }
   if (cache) {  // append the new rows, then attend over all length + Tq of them
+    // (length grows only once the call has succeeded: a throw leaves the
+    // cache as it was; rows past length are never read)
     const int64_t n = offset + Tq;
     copy_(narrow(cache->key, 2, offset, Tq), kh);
     copy_(narrow(cache->value, 2, offset, Tq), vh);
-    cache->length = n;
     kh = narrow(cache->key, 2, 0, n);
     vh = narrow(cache->value, 2, 0, n);
   }
@@ -255,6 +256,7 @@ AttentionOutput MultiheadAttention::run(const Tensor& query_in, const Tensor& ke
     if (dead.defined()) out = masked_fill(out, dead, 0);  // its vjp gives those rows zero gradient
   }
 
+  if (cache) cache->length = offset + Tq;
   AttentionOutput result{out, Tensor()};
   if (call.need_weights) result.weights = call.average_attn_weights ? mean(weights, {1}) : weights;
   return result;

@@ -204,5 +204,26 @@ TEST(CausalLM, KvCacheErrors) {
                     "a KV cache is for self-attention");
 }
 
+// A call that throws in a later layer (here its cache was replaced by one of
+// the wrong dtype) leaves every layer's cache at its old length, and the
+// cache keeps working once repaired.
+TEST(CausalLM, KvCacheThrowLeavesLengthsUnchanged) {
+  Rngs rngs(0);
+  CausalLM lm({.vocab_size = 7, .block_size = 6, .n_layer = 3, .n_head = 2, .n_embd = 8}, rngs);
+  NoGradGuard no_grad;
+  Generator g(1);
+  Tensor idx = randint(0, 7, {1, 4}, g);
+  Tensor full = lm.forward(idx);
+  CausalLMCache cache = lm.make_cache(1);
+  lm.forward_cached(narrow(idx, 1, 0, 2), cache);
+  nn::KVCache kept = cache.layers[2];
+  cache.layers[2].key = cache.layers[2].key.to(kF64);
+  EXPECT_KILN_ERROR(lm.forward_cached(narrow(idx, 1, 2, 1), cache), "[MultiheadAttention] cache key [1, 2, 6, 4] f64");
+  for (const auto& l : cache.layers) EXPECT_EQ(l.length, 2);
+  cache.layers[2] = kept;
+  EXPECT_TRUE(all_close(lm.forward_cached(narrow(idx, 1, 2, 2), cache), narrow(full, 1, 2, 2), 1e-5, 1e-6));
+  EXPECT_EQ(cache.length(), 4);
+}
+
 }  // namespace
 }  // namespace kiln::models
