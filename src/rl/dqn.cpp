@@ -2,7 +2,6 @@
 #include "kiln/rl/dqn.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -24,7 +23,6 @@ namespace kiln::rl {
 namespace {
 
 constexpr const char* kOp = "DQN";
-using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
@@ -205,17 +203,13 @@ DQNStats DQN::take_window() {
 }
 
 void DQN::learn(const std::function<bool(const DQNStats&)>& on_stats, int64_t stats_every) {
-  KILN_CHECK(stats_every > 0, kOp, "stats_every must be positive, got {}", stats_every);
-  auto t0 = Clock::now();
-  take_window();
-  while (!done()) {
-    step();
-    if (step_ % stats_every != 0 && !done()) continue;
-    DQNStats s = take_window();
-    s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    t0 = Clock::now();
-    if (on_stats && !on_stats(s)) break;
-  }
+  offpolicy::learn_windows(
+      kOp, stats_every, [this] { take_window(); }, [this] { return done(); }, [this] { step(); return step_; },
+      [&](double seconds) {
+        DQNStats s = take_window();
+        s.seconds = seconds;
+        return !on_stats || on_stats(s);
+      });
 }
 
 // ---- checkpoint state ----
@@ -227,28 +221,17 @@ void DQN::checkpoint(io::Checkpoint& ckpt, const std::string& name) {
 }
 
 io::State DQN::state() const {
-  io::State s{{"step", std::to_string(step_)}, {"updates", std::to_string(updates_)},
-              {"num_envs", std::to_string(env_.num_envs())}};
-  offpolicy::put_generator(s, "explore_gen", explore_gen_);
-  offpolicy::put_generator(s, "sample_gen", sample_gen_);
-  return s;
+  return offpolicy::run_state(step_, updates_, env_.num_envs(),
+                              {{"explore_gen", &explore_gen_}, {"sample_gen", &sample_gen_}});
 }
 
 void DQN::load_state(const io::State& s) {
-  const int64_t step = io::state_i64(s, "step", kOp), updates = io::state_i64(s, "updates", kOp);
-  const int64_t envs = io::state_i64(s, "num_envs", kOp);
-  KILN_CHECK(envs == env_.num_envs(), kOp, "the state is of {} environments, this DQN runs {}", envs,
-             env_.num_envs());
-  KILN_CHECK(step >= 0 && step <= num_steps_ && updates >= 0, kOp,
-             "the state is at step {} ({} updates), outside this run's {} steps", step, updates, num_steps_);
-  const GeneratorState explore = offpolicy::get_generator(s, "explore_gen", kOp);
-  const GeneratorState sample = offpolicy::get_generator(s, "sample_gen", kOp);
-  step_ = step;
-  updates_ = updates;
-  explore_gen_.set_state(explore);
-  sample_gen_.set_state(sample);
+  const offpolicy::RunCounters c = offpolicy::load_run_state(
+      s, kOp, "DQN", env_.num_envs(), num_steps_, {{"explore_gen", &explore_gen_}, {"sample_gen", &sample_gen_}});
+  step_ = c.step;
+  updates_ = c.updates;
   take_window();
-  reset_env(offpolicy::env_seed(options_.seed, step));
+  reset_env(offpolicy::env_seed(options_.seed, step_));
 }
 
 }  // namespace kiln::rl

@@ -1,6 +1,8 @@
 // Helpers shared by DQN and SAC (src/rl/offpolicy_util.h).
 #include "src/rl/offpolicy_util.h"
 
+#include <chrono>
+
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
@@ -46,13 +48,47 @@ uint64_t env_seed(uint64_t seed, int64_t step) {
   return uint64_t(b[0]) | (uint64_t(b[1]) << 32);
 }
 
-void put_generator(io::State& state, const std::string& name, const Generator& gen) {
-  state[name + ".seed"] = std::to_string(gen.seed());
-  state[name + ".offset"] = std::to_string(gen.offset());
+void learn_windows(const char* op, int64_t stats_every, const std::function<void()>& begin,
+                   const std::function<bool()>& done, const std::function<int64_t()>& step,
+                   const std::function<bool(double)>& report) {
+  using Clock = std::chrono::steady_clock;
+  KILN_CHECK(stats_every > 0, op, "stats_every must be positive, got {}", stats_every);
+  begin();
+  auto t0 = Clock::now();
+  while (!done()) {
+    const int64_t n = step();
+    if (n % stats_every != 0 && !done()) continue;
+    const auto now = Clock::now();
+    const double seconds = std::chrono::duration<double>(now - t0).count();
+    t0 = now;
+    if (!report(seconds)) break;
+  }
 }
 
-GeneratorState get_generator(const io::State& state, const std::string& name, const char* op) {
-  return {io::state_u64(state, name + ".seed", op), io::state_u64(state, name + ".offset", op)};
+io::State run_state(int64_t step, int64_t updates, int64_t num_envs,
+                    std::initializer_list<std::pair<std::string, const Generator*>> generators) {
+  io::State s{{"step", std::to_string(step)}, {"updates", std::to_string(updates)},
+              {"num_envs", std::to_string(num_envs)}};
+  for (const auto& [name, gen] : generators) {
+    s[name + ".seed"] = std::to_string(gen->seed());
+    s[name + ".offset"] = std::to_string(gen->offset());
+  }
+  return s;
+}
+
+RunCounters load_run_state(const io::State& s, const char* op, const char* algo, int64_t num_envs,
+                           int64_t num_steps, std::initializer_list<std::pair<std::string, Generator*>> generators) {
+  const RunCounters c{io::state_i64(s, "step", op), io::state_i64(s, "updates", op)};
+  const int64_t envs = io::state_i64(s, "num_envs", op);
+  KILN_CHECK(envs == num_envs, op, "the state is of {} environments, this {} runs {}", envs, algo, num_envs);
+  KILN_CHECK(c.step >= 0 && c.step <= num_steps && c.updates >= 0, op,
+             "the state is at step {} ({} updates), outside this run's {} steps", c.step, c.updates, num_steps);
+  std::vector<GeneratorState> states;
+  for (const auto& [name, gen] : generators)
+    states.push_back({io::state_u64(s, name + ".seed", op), io::state_u64(s, name + ".offset", op)});
+  size_t i = 0;
+  for (const auto& [name, gen] : generators) gen->set_state(states[i++]);
+  return c;
 }
 
 }  // namespace kiln::rl::offpolicy

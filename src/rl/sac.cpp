@@ -1,7 +1,6 @@
 // SAC (kiln/rl/sac.h): CleanRL's sac_continuous_action.py loop, fixed alpha.
 #include "kiln/rl/sac.h"
 
-#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -21,7 +20,6 @@ namespace kiln::rl {
 namespace {
 
 constexpr const char* kOp = "SAC";
-using Clock = std::chrono::steady_clock;
 
 void check_spec(const EnvSpec& spec, const char* op) {
   KILN_CHECK(spec.observation.kind == SpaceKind::Box && spec.observation.shape.size() == 1, op,
@@ -243,17 +241,13 @@ SACStats SAC::take_window() {
 }
 
 void SAC::learn(const std::function<bool(const SACStats&)>& on_stats, int64_t stats_every) {
-  KILN_CHECK(stats_every > 0, kOp, "stats_every must be positive, got {}", stats_every);
-  auto t0 = Clock::now();
-  take_window();
-  while (!done()) {
-    step();
-    if (step_ % stats_every != 0 && !done()) continue;
-    SACStats s = take_window();
-    s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    t0 = Clock::now();
-    if (on_stats && !on_stats(s)) break;
-  }
+  offpolicy::learn_windows(
+      kOp, stats_every, [this] { take_window(); }, [this] { return done(); }, [this] { step(); return step_; },
+      [&](double seconds) {
+        SACStats s = take_window();
+        s.seconds = seconds;
+        return !on_stats || on_stats(s);
+      });
 }
 
 // ---- checkpoint state ----
@@ -266,31 +260,18 @@ void SAC::checkpoint(io::Checkpoint& ckpt, const std::string& name) {
 }
 
 io::State SAC::state() const {
-  io::State s{{"step", std::to_string(step_)}, {"updates", std::to_string(updates_)},
-              {"num_envs", std::to_string(env_.num_envs())}};
-  offpolicy::put_generator(s, "action_gen", action_gen_);
-  offpolicy::put_generator(s, "sample_gen", sample_gen_);
-  offpolicy::put_generator(s, "noise_gen", noise_gen_);
-  return s;
+  return offpolicy::run_state(step_, updates_, env_.num_envs(),
+                              {{"action_gen", &action_gen_}, {"sample_gen", &sample_gen_}, {"noise_gen", &noise_gen_}});
 }
 
 void SAC::load_state(const io::State& s) {
-  const int64_t step = io::state_i64(s, "step", kOp), updates = io::state_i64(s, "updates", kOp);
-  const int64_t envs = io::state_i64(s, "num_envs", kOp);
-  KILN_CHECK(envs == env_.num_envs(), kOp, "the state is of {} environments, this SAC runs {}", envs,
-             env_.num_envs());
-  KILN_CHECK(step >= 0 && step <= num_steps_ && updates >= 0, kOp,
-             "the state is at step {} ({} updates), outside this run's {} steps", step, updates, num_steps_);
-  const GeneratorState action = offpolicy::get_generator(s, "action_gen", kOp);
-  const GeneratorState sample = offpolicy::get_generator(s, "sample_gen", kOp);
-  const GeneratorState noise = offpolicy::get_generator(s, "noise_gen", kOp);
-  step_ = step;
-  updates_ = updates;
-  action_gen_.set_state(action);
-  sample_gen_.set_state(sample);
-  noise_gen_.set_state(noise);
+  const offpolicy::RunCounters c =
+      offpolicy::load_run_state(s, kOp, "SAC", env_.num_envs(), num_steps_,
+                                {{"action_gen", &action_gen_}, {"sample_gen", &sample_gen_}, {"noise_gen", &noise_gen_}});
+  step_ = c.step;
+  updates_ = c.updates;
   take_window();
-  reset_env(offpolicy::env_seed(options_.seed, step));
+  reset_env(offpolicy::env_seed(options_.seed, step_));
 }
 
 }  // namespace kiln::rl
