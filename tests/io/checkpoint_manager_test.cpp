@@ -33,7 +33,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 /// A fresh, empty folder named after the running test.
 std::string fresh_dir(const std::string& suffix = "") {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string dir = ::testing::TempDir() + "kiln_checkpoint_manager/" + info->name() + suffix;
+  std::string dir = (kiln::testing::scratch_root() / "kiln_checkpoint_manager" / (info->name() + suffix)).string();
   fs::remove_all(dir);
   return dir;
 }

@@ -22,7 +22,7 @@ using testing::write_bytes;
 namespace fs = std::filesystem;
 
 std::string temp_path(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "kiln_checkpoint_test";
+  std::string dir = (kiln::testing::scratch_root() / "kiln_checkpoint_test").string();
   fs::create_directories(dir);
   return dir + "/" + name;
 }

@@ -108,7 +108,7 @@ void write_checkpoint_seeds(const fs::path& dir) {
 TEST(FuzzCorpus, KilnCheckpointSeedsAreCurrent) {
   fs::path corpus = fs::path(KILN_GOLDEN_DIR) / ".." / "fuzz" / "corpus" / "safetensors";
   if (std::getenv("KILN_REGENERATE_GOLDENS")) write_checkpoint_seeds(corpus);
-  fs::path fresh = fs::path(::testing::TempDir()) / "kiln_checkpoint_seeds";
+  fs::path fresh = kiln::testing::scratch_root() / "kiln_checkpoint_seeds";
   fs::create_directories(fresh);
   write_checkpoint_seeds(fresh);
   for (const char* name : {"checkpoint_full.safetensors", "checkpoint_model_only.safetensors"}) {

@@ -46,7 +46,7 @@ class Resume : public ::testing::TestWithParam<int> {};
 
 TEST_P(Resume, TrainingNStepsSavingLoadingAndNMoreEqualsTwoNStraightBitForBit) {
   const std::string threads = std::to_string(GetParam());
-  const std::string dir = ::testing::TempDir() + "kiln_resume_" + threads;
+  const std::string dir = (kiln::testing::scratch_root() / ("kiln_resume_" + threads)).string();
   std::filesystem::create_directories(dir);
   const std::string straight = dir + "/straight.safetensors", first = dir + "/first.safetensors",
                     mid = dir + "/mid.safetensors", resumed = dir + "/resumed.safetensors";

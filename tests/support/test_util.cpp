@@ -70,10 +70,21 @@ Tensor golden_tensor(const nlohmann::json& j) {
   return all_close(a, b, 0.0, 0.0);
 }
 
+// One scratch root per build tree ("kiln_tests-<hash of the test binary's
+// folder>"), so that the suites of two builds (Release and ASan) can run at
+// the same time without sharing a test's folder.
+std::filesystem::path scratch_root() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return std::filesystem::path(::testing::TempDir()) / "kiln_tests";
+  return std::filesystem::path(::testing::TempDir()) /
+         fmt::format("kiln_tests-{:08x}", std::hash<std::string>{}(exe.parent_path().string()) & 0xffffffffu);
+}
+
 std::string fresh_dir(const std::string& suffix) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "kiln_tests" /
-                              (std::string(info->test_suite_name()) + "." + info->name() + suffix);
+  static const std::filesystem::path root = scratch_root();
+  std::filesystem::path dir = root / (std::string(info->test_suite_name()) + "." + info->name() + suffix);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();

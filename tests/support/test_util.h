@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,7 +33,11 @@ std::string read_bytes(const std::string& path);
 void write_bytes(const std::string& path, const std::string& bytes);
 /// A text file's lines, without their '\n' (empty when it cannot be read).
 std::vector<std::string> read_lines(const std::string& path);
-/// A fresh, empty folder for the running test under gtest's TempDir(), named
+/// This build tree's scratch folder under gtest's TempDir()
+/// ("kiln_tests-<hash of the test binary's folder>"): the suites of two
+/// builds can run at the same time.
+std::filesystem::path scratch_root();
+/// A fresh, empty folder for the running test under scratch_root(), named
 /// after its suite and name (plus `suffix`); an earlier run's files are removed.
 std::string fresh_dir(const std::string& suffix = "");
 
