@@ -30,7 +30,6 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
