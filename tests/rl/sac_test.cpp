@@ -7,6 +7,7 @@
 
 #include "kiln/rl/evaluate.h"
 #include "kiln/rl/sac.h"
+#include "tests/rl/golden_state.h"
 #include "tests/rl/toy_envs.h"
 #include "tests/support/test_util.h"
 
@@ -14,25 +15,12 @@ namespace kiln::rl {
 namespace {
 
 using kiln::testing::all_close;
+using kiln::testing::expect_state_dict;
 using kiln::testing::golden;
+using kiln::testing::golden_state_dict;
 using kiln::testing::golden_tensor;
 using rl::toy::BanditEnv;
 using rl::toy::ContinuousBanditEnv;
-
-nn::StateDict golden_state_dict(const nlohmann::json& j, const std::string& prefix = "") {
-  nn::StateDict sd;
-  for (const auto& [k, v] : j.items()) sd.insert(prefix + k, golden_tensor(v).to(kF32));
-  return sd;
-}
-
-void expect_state_dict(const nn::Module& m, const nlohmann::json& j, const std::string& prefix, double rtol,
-                       double atol) {
-  nn::StateDict sd = m.state_dict();
-  for (const auto& [k, v] : j.items()) {
-    SCOPED_TRACE(prefix + k);
-    EXPECT_TRUE(all_close(sd.at(prefix + k), golden_tensor(v).to(kF32), rtol, atol));
-  }
-}
 
 TEST(RlSacUpdate, MatchesCleanRLsUpdateInPyTorch) {
   const auto& g = golden("rl_sac");
