@@ -1,8 +1,14 @@
-"""PyTorch's side of bench/generate_bench.cpp (lm_generate): nanoGPT's generate
-(karpathy/nanoGPT model.py GPT.generate: no KV cache, the whole context re-run
-for every new token, logits / temperature, softmax, multinomial) on the model of
-bench/torch_train_gpt.py with block_size 256, batch 1, a 64-token prompt
-generated to 256 tokens (192 new), under torch.no_grad()."""
+"""PyTorch's side of bench/generate_bench.cpp (lm_generate): batch-1 sampling
+with a KV cache, written as users write it (Hugging Face GPT-2's `layer_past`,
+nanoGPT-style code): the model of bench/torch_train_gpt.py with block_size
+256, a 64-token prompt run once as the prefill (keeping each layer's K and V),
+then one token per forward, each layer's new K/V concatenated to its past
+(torch.cat), attention of the new query over the whole past. Logits of the
+last position / temperature 1, softmax, torch.multinomial; 192 new tokens (the
+last one drawn needs no forward), as kiln's models::generate. Under
+torch.no_grad(); the cache is rebuilt for every call (the prefill is timed)."""
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -12,23 +18,50 @@ from torch_util import MemoryProbe, run_workload
 PROMPT, BLOCK = 64, 256
 
 
-def logits_of(model, idx):
-    """GPT.forward without the loss: [B, T, V]."""
-    t = idx.size(1)
-    x = model.transformer.wte(idx) + model.transformer.wpe(torch.arange(0, t, dtype=torch.long))
-    for block in model.transformer.h:
-        x = block(x)
+def attention_cached(attn, x, past):
+    """CausalSelfAttention.forward with a cache: x [B, t, C], past None or
+    (k, v) [B, H, T0, Dh]; returns y [B, t, C] and (k, v) [B, H, T0 + t, Dh]."""
+    B, t, C = x.size()
+    q, k, v = attn.c_attn(x).split(gpt.EMBD, dim=2)
+    q = q.view(B, t, gpt.HEADS, C // gpt.HEADS).transpose(1, 2)  # [B, H, t, Dh]
+    k = k.view(B, t, gpt.HEADS, C // gpt.HEADS).transpose(1, 2)
+    v = v.view(B, t, gpt.HEADS, C // gpt.HEADS).transpose(1, 2)
+    if past is not None:
+        k = torch.cat((past[0], k), dim=2)
+        v = torch.cat((past[1], v), dim=2)
+    T = k.size(2)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # [B, H, t, T]
+    if t > 1:  # the prefill: causal mask over the new rows (one new token sees everything)
+        att = att.masked_fill(attn.bias[:, :, T - t:T, :T] == 0, float("-inf"))
+    y = F.softmax(att, dim=-1) @ v
+    return attn.c_proj(y.transpose(1, 2).contiguous().view(B, t, C)), (k, v)
+
+
+def logits_cached(model, idx, cache):
+    """GPT.forward without the loss for idx [B, t] after cache's T0 positions:
+    logits [B, t, V]; cache (one (k, v) per layer, or None) is updated in place."""
+    t0 = 0 if cache[0] is None else cache[0][0].size(2)
+    pos = torch.arange(t0, t0 + idx.size(1), dtype=torch.long)
+    x = model.transformer.wte(idx) + model.transformer.wpe(pos)
+    for i, block in enumerate(model.transformer.h):
+        y, cache[i] = attention_cached(block.attn, block.ln_1(x), cache[i])
+        x = x + y
+        x = x + block.mlp(block.ln_2(x))
     return model.lm_head(model.transformer.ln_f(x))
 
 
 @torch.no_grad()
 def generate(model, idx, max_new_tokens, temperature, g):
-    for _ in range(max_new_tokens):
-        idx_cond = idx if idx.size(1) <= BLOCK else idx[:, -BLOCK:]
-        logits = logits_of(model, idx_cond)[:, -1, :] / temperature
-        probs = F.softmax(logits, dim=-1)
-        idx = torch.cat((idx, torch.multinomial(probs, num_samples=1, generator=g)), dim=1)
-    return idx
+    """The new tokens [B, max_new_tokens] after idx [B, Tp] (Tp + max_new_tokens <= BLOCK)."""
+    cache = [None] * len(model.transformer.h)
+    logits = logits_cached(model, idx, cache)  # the prefill
+    out = []
+    for n in range(max_new_tokens):
+        probs = F.softmax(logits[:, -1, :] / temperature, dim=-1)
+        out.append(torch.multinomial(probs, num_samples=1, generator=g))
+        if n + 1 < max_new_tokens:
+            logits = logits_cached(model, out[-1], cache)
+    return torch.cat(out, dim=1)
 
 
 def _lm_generate(name, reps):
