@@ -4,9 +4,12 @@ same way (median over repetitions), one JSON line per measurement:
 {"bench", "metric", "unit", "value"}.
 
 Run with Debian's interpreter (python3-torch 1.13):
-    /usr/bin/python3 bench/torch_bench.py [--reps N] [NAME...]
-torch runs with torch.set_num_threads(1), its fastest setting on this machine
-(its OpenMP pool and OpenBLAS's pool otherwise fight over the two cores).
+    /usr/bin/python3 bench/torch_bench.py [--reps N] [--threads T] [--autocast bf16] [NAME...]
+--threads: torch.set_num_threads(T) (default 1); bench/run runs this script at 1
+thread and at all CPUs and keeps the better figure. --autocast bf16: the bf16
+workloads (gpt_char_bf16, cnn_b64_bf16) run under CPU bf16 autocast instead of
+f32 (torch_util.bf16_autocast). Last line: {"bench": "_torch", "metric":
+"blas", ...}, the BLAS library torch loaded, then the settings it ran with.
 """
 import importlib
 import pathlib
@@ -14,9 +17,8 @@ import sys
 
 import torch
 
+import torch_util
 from torch_util import emit, seconds_per_call
-
-torch.set_num_threads(1)
 
 MATMUL_SHAPES = [(64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
                  (2048, 2048, 2048), (64, 784, 256), (768, 128, 512), (32, 256, 1024)]
@@ -69,21 +71,33 @@ def blas_library():
 
 
 def main(argv):
-    reps, filters = 7, []
+    reps, threads, filters = 7, 1, []
     i = 0
     while i < len(argv):
-        if argv[i] == "--reps" and i + 1 < len(argv):
-            reps = max(1, int(argv[i + 1]))
+        if argv[i] in ("--reps", "--threads", "--autocast") and i + 1 < len(argv):
+            opt, value = argv[i], argv[i + 1]
+            if opt == "--reps":
+                reps = max(1, int(value))
+            elif opt == "--threads":
+                threads = max(1, int(value))
+            elif value == "bf16":
+                torch_util.BF16_AUTOCAST = True
+            else:
+                sys.exit(f"torch_bench.py: --autocast takes bf16, not {value}")
             i += 2
             continue
         filters.append(argv[i])
         i += 1
+    torch.set_num_threads(threads)
     table = benches()
     names = [name for name, _ in table]
     for name, run in table:
         if not filters or any(name == f or (f not in names and name.startswith(f)) for f in filters):
             run(name, reps)
     emit("_torch", "blas", "path", blas_library())
+    emit("_torch", "threads", "count", torch.get_num_threads())
+    emit("_torch", "autocast", "dtype", "bf16" if torch_util.BF16_AUTOCAST else "none")
+    emit("_torch", "version", "version", torch.__version__)
 
 
 if __name__ == "__main__":

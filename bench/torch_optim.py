@@ -8,7 +8,7 @@ with foreach=False (one parameter at a time); "gbps" (7 x 4 bytes per element
 per step / time, 1e9 bytes per GB); "copy_gbps", this side's copy probe:
 dst.copy_(src) of twice the last-level cache (at least 256 MiB) of f32, read + write bytes counted, the median of the
 repetitions, on 1 thread and on os.cpu_count() threads, the better of the two
-(the harness's 1 thread is restored afterwards); "copy_fraction" = gbps /
+(the harness's --threads setting is restored afterwards); "copy_fraction" = gbps /
 copy_gbps; "time_malloc_tuned": "time" again in a child process whose glibc
 malloc keeps freed memory (MALLOC_MMAP_THRESHOLD_ = 32 MiB, the most glibc
 takes, and MALLOC_TRIM_THRESHOLD_ = 4 GiB). With glibc's defaults each step's
@@ -94,8 +94,8 @@ def _step_seconds(shapes, foreach, reps):
 def _malloc_tuned_seconds(name, reps):
     """_step_seconds(foreach=True) in a child process with glibc malloc told to keep freed memory."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(32 << 20), MALLOC_TRIM_THRESHOLD_=str(4 << 30))
-    out = subprocess.run([sys.executable, __file__, name, str(reps)], env=env, check=True, stdout=subprocess.PIPE,
-                         text=True).stdout
+    cmd = [sys.executable, __file__, name, str(reps), str(torch.get_num_threads())]
+    out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
     return float(out)
 
 
@@ -117,6 +117,6 @@ def benches():
     return [(name, _bench) for name in SHAPES]
 
 
-if __name__ == "__main__":  # the child of _malloc_tuned_seconds: NAME REPS -> seconds per step
-    torch.set_num_threads(1)
+if __name__ == "__main__":  # the child of _malloc_tuned_seconds: NAME REPS THREADS -> seconds per step
+    torch.set_num_threads(int(sys.argv[3]))
     print(_step_seconds(SHAPES[sys.argv[1]], True, int(sys.argv[2])))

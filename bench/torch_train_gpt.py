@@ -4,14 +4,16 @@
 4x), batch 12 of random tokens and targets, AdamW lr 1e-3 betas (0.9, 0.99),
 weight decay 0.1 on the 2-D parameters only (nanoGPT's configure_optimizers).
 PyTorch 1.13 has neither LayerNorm(bias=False) nor scaled_dot_product_attention:
-F.layer_norm with bias None, and nanoGPT's non-flash masked-softmax attention."""
+F.layer_norm with bias None, and nanoGPT's non-flash masked-softmax attention.
+gpt_char_bf16 is the same step, f32 or under bf16 autocast (torch_util.bf16_autocast)."""
+import contextlib
 import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_util import MemoryProbe, run_workload, update
+from torch_util import MemoryProbe, bf16_autocast, run_workload, update
 
 VOCAB, BLOCK, LAYERS, HEADS, EMBD = 65, 64, 4, 4, 128
 
@@ -100,7 +102,7 @@ def gpt_step_flops(B, T):
     return 2.0 * 3.0 * (LAYERS * layer + N * C * VOCAB)
 
 
-def _gpt(batch, context):
+def _gpt(batch, context, bf16=False):
     def run(name, reps):
         mem = MemoryProbe()
         torch.manual_seed(0)
@@ -113,8 +115,12 @@ def _gpt(batch, context):
         idx = torch.randint(0, VOCAB, (batch, context), generator=g)
         targets = torch.randint(0, VOCAB, (batch, context), generator=g)
 
+        autocast = bf16_autocast() if bf16 else contextlib.nullcontext()
+
         def step():
-            update(model(idx, targets), opt)
+            with autocast:
+                loss = model(idx, targets)
+            update(loss, opt)
 
         run_workload(name, reps, step, mem, unit="tokens/s", items_per_step=batch * context,
                      flops_per_step=gpt_step_flops(batch, context))
@@ -123,5 +129,6 @@ def _gpt(batch, context):
 
 def benches():
     return [("gpt_char", _gpt(12, 64)),
-            # gpt_char_bf16 is compared with PyTorch's f32 figure (issue 8): the same f32 workload.
-            ("gpt_char_bf16", _gpt(12, 64))]
+            # gpt_char_bf16: f32, or bf16 autocast with torch_bench.py --autocast bf16; bench/run
+            # compares kiln's bf16 figure with the better of the two (issue 22).
+            ("gpt_char_bf16", _gpt(12, 64, bf16=True))]

@@ -1,11 +1,28 @@
 """Timing and output shared by bench/torch_bench.py and its family modules
 (bench/torch_<family>.py, each with a benches() list like torch_bench's)."""
+import contextlib
 import ctypes
 import gc
 import json
 import re
 import statistics
 import time
+
+
+# torch_bench.py --autocast bf16 sets this: the bf16 workloads (gpt_char_bf16,
+# cnn_b64_bf16) then run their forward and loss under CPU bf16 autocast;
+# otherwise they run the f32 workload.
+BF16_AUTOCAST = False
+
+
+def bf16_autocast():
+    """What a bf16 workload's forward and loss run under: torch.autocast("cpu",
+    dtype=torch.bfloat16) with --autocast bf16 (PyTorch's mixed precision: f32
+    weights, bf16 matmul/conv inputs and outputs), else nothing (f32)."""
+    if not BF16_AUTOCAST:
+        return contextlib.nullcontext()
+    import torch
+    return torch.autocast("cpu", dtype=torch.bfloat16)
 
 
 def seconds_per_call(fn, reps, rep_seconds):
