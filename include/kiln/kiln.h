@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kiln/core/allocator.h"
+#include "kiln/core/cpu_info.h"
 #include "kiln/core/generator.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/parallel.h"

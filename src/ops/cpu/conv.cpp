@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/core/parallel.h"
+#include "src/ops/cpu/bf16_compute.h"
 #include "src/ops/cpu/dnnl_common.h"
 
 namespace kiln::cpu {
@@ -342,6 +343,12 @@ void conv_forward(const ConvGeom& g, const Tensor& large_in, const Tensor& w_in,
                   const Tensor& small) {
   if (small.numel() == 0) return;
   const DType dt = small.dtype();
+  if (widen_bf16(dt)) {
+    Tensor s32 = Tensor::empty(small.shape(), kF32, small.device()), b32 = bias ? widened(*bias) : Tensor();
+    conv_forward(g, widened(large_in), widened(w_in), bias ? &b32 : nullptr, s32);
+    copy(s32, small);
+    return;
+  }
   if (on_dnnl(dt)) {
     Tensor large = large_in.contiguous(), w = w_in.contiguous();
     Tensor b = bias ? bias->contiguous() : Tensor();
@@ -357,6 +364,12 @@ void conv_backward_data(const ConvGeom& g, const Tensor& small_in, const Tensor&
                         const Tensor& large) {
   if (large.numel() == 0) return;
   const DType dt = large.dtype();
+  if (widen_bf16(dt)) {
+    Tensor l32 = Tensor::empty(large.shape(), kF32, large.device()), b32 = bias ? widened(*bias) : Tensor();
+    conv_backward_data(g, widened(small_in), widened(w_in), bias ? &b32 : nullptr, l32);
+    copy(l32, large);
+    return;
+  }
   if (on_dnnl(dt)) {
     Tensor small = small_in.contiguous(), w = w_in.contiguous();
     if (run_dnnl(Kind::backward_data, g, dt, false, {&small, &w}, {&large})) {
@@ -391,6 +404,14 @@ void conv_backward_weights(const ConvGeom& g, const Tensor& large_in, const Tens
                            const Tensor* gb) {
   if (gw.numel() == 0) return;
   const DType dt = gw.dtype();
+  if (widen_bf16(dt)) {
+    Tensor gw32 = Tensor::empty(gw.shape(), kF32, gw.device());
+    Tensor gb32 = gb ? Tensor::empty(gb->shape(), kF32, gb->device()) : Tensor();
+    conv_backward_weights(g, widened(large_in), widened(small_in), gw32, gb ? &gb32 : nullptr);
+    copy(gw32, gw);
+    if (gb) copy(gb32, *gb);
+    return;
+  }
   if (on_dnnl(dt) && g.B * g.OH * g.OW > 0) {
     Tensor large = large_in.contiguous(), small = small_in.contiguous();
     bool ok = gb ? run_dnnl(Kind::backward_weights, g, dt, true, {&large, &small}, {&gw, gb})

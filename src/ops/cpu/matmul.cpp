@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kiln/core/parallel.h"
+#include "src/ops/cpu/bf16_compute.h"
 #include "src/ops/cpu/copy.h"
 #include "src/ops/cpu/dnnl_common.h"
 
@@ -545,6 +546,16 @@ Tensor contiguous_copy(const Tensor& t) {
 void matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out_in, const MatmulEpilogue& ep) {
   if (out_in.numel() == 0) return;
   const DType dt = out_in.dtype();
+  if (widen_bf16(dt)) {
+    // out's old values matter only when beta != 0.
+    Tensor out = ep.beta.to_double() != 0.0 ? widened(out_in) : Tensor::empty(out_in.shape(), kF32, out_in.device());
+    Tensor bias = ep.bias && ep.bias->dtype() == kBF16 ? widened(*ep.bias) : Tensor();
+    MatmulEpilogue ep32 = ep;
+    if (bias.defined()) ep32.bias = &bias;
+    matmul(widened(a_in), widened(b_in), out, ep32);
+    copy(out, out_in);
+    return;
+  }
   Geometry g = make_geometry(a_in, b_in, out_in);
   const bool dnnl_dtype = dt == kF32 || dt == kBF16;
   if (!dnnl_dtype || g.K == 0 || int64_t(g.batch.size()) + 2 > kMaxDnnlDims) {
