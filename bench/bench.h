@@ -15,12 +15,29 @@
 #include <vector>
 
 #include "kiln/core/allocator.h"
+#include "kiln/core/parallel.h"
 
 namespace bench {
 
 using Clock = std::chrono::steady_clock;
 
 inline int g_reps = 7;  // repetitions per figure; each figure is their median
+
+/// Runs a scope on `n` threads, then gives back the benches' usual pool: the
+/// default one (adapting to contention) unless KILN_NUM_THREADS fixed a count.
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int n) : saved_(kiln::get_num_threads()) { kiln::set_num_threads(n); }
+  ~ScopedThreads() {
+    if (std::getenv("KILN_NUM_THREADS")) kiln::set_num_threads(saved_);
+    else kiln::use_default_threads();
+  }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  int saved_;
+};
 
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -49,8 +49,7 @@ std::vector<kiln::Shape> shapes_1m() { return model_shapes(1000, 256, 1024, 848)
 // on `threads` threads (contiguous slices over kiln's pool).
 double memcpy_gbps(const char* src, char* dst, int64_t bytes, int threads) {
   const int64_t blocks = 256, block = bytes / blocks;  // 1 MiB blocks or more
-  int saved = kiln::get_num_threads();
-  kiln::set_num_threads(threads);
+  bench::ScopedThreads scoped(threads);
   auto copy = [&] {
     kiln::parallel_for(0, blocks, 1, [&](int64_t lo, int64_t hi) {
       std::memcpy(dst + lo * block, src + lo * block, size_t((hi - lo) * block));
@@ -63,7 +62,6 @@ double memcpy_gbps(const char* src, char* dst, int64_t bytes, int threads) {
     copy();
     v.push_back(2.0 * double(bytes) / std::chrono::duration<double>(Clock::now() - t0).count() * 1e-9);
   }
-  kiln::set_num_threads(saved);
   return median(v);
 }
 

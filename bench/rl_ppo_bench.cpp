@@ -17,15 +17,13 @@ namespace {
 using namespace kiln;
 
 void ppo_cartpole_bench(const std::string& name) {
-  const int threads = get_num_threads();
-  set_num_threads(1);
+  bench::ScopedThreads one(1);
   const rl::PPOOptions o{.total_timesteps = int64_t(1) << 40};  // never done; the rate anneals negligibly
   rl::CartPole env(8);
   Rngs rngs{{"params", 1}};
   rl::MlpActorCritic agent(env.spec(), nn::Init(rngs));
   rl::PPO ppo(env, agent, o);
   const double sec = seconds_per_call([&] { ppo.iterate(); }, 1.0);
-  set_num_threads(threads);
   emit(name, "throughput", "steps/s", double(o.num_steps * env.num_envs()) / sec);
 }
 

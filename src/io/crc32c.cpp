@@ -119,7 +119,7 @@ uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
 
 uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
   constexpr size_t kParallelBytes = size_t(4) << 20;
-  int64_t slices = get_num_threads();
+  int64_t slices = effective_num_threads();
   if (n < kParallelBytes || slices < 2) return crc32c_serial(data, n, crc);
   // One slice per thread; the checksum is one value whatever the split.
   const auto* p = static_cast<const unsigned char*>(data);

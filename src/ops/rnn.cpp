@@ -184,7 +184,7 @@ cpu::MatmulEpilogue accumulate_into() {
 // runs those on one thread anyway).
 void recurrent_product(const Tensor& h, const Tensor& w_hh, const Tensor& gates_t) {
   const int64_t B = h.shape()[0], H = h.shape()[1], N = w_hh.shape()[0];
-  const int64_t parts = get_num_threads();
+  const int64_t parts = effective_num_threads();
   if (parts <= 1 || B * H * N < (int64_t(1) << 19) || N < 32 * parts) {
     cpu::matmul(h, w_hh.t(), gates_t, accumulate_into());
     return;

@@ -1,7 +1,9 @@
 // The thread pool: counts, and parallel_for's coverage and error handling.
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include "tests/support/test_util.h"
 
@@ -54,6 +56,36 @@ TEST(Parallel, CoversTheRangeOnceInChunksOfAtLeastGrain) {
       EXPECT_LE(int(chunks.size()), threads);
     }
   }
+}
+
+TEST(Parallel, DefaultPoolDropsToOneThreadWhileAThreadIsHeldUp) {
+  // A worker held up inside its chunk, as one descheduled by a busy neighbour
+  // process would be, makes the other wait at every join (NOTE [Contention]).
+  if (available_cpus() < 2) GTEST_SKIP() << "needs 2 CPUs";
+  ThreadCount restore;
+  use_default_threads();
+  ASSERT_EQ(effective_num_threads(), get_num_threads());
+  const int64_t before = contention_episodes();
+  for (int i = 0; i < 200 && effective_num_threads() > 1; ++i)
+    parallel_for(0, 2, 1, [](int64_t lo, int64_t) {
+      if (lo == 1) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    });
+  EXPECT_EQ(effective_num_threads(), 1);
+  EXPECT_EQ(contention_episodes(), before + 1);
+  EXPECT_GT(get_num_threads(), 1) << "the configured count is unchanged";
+  // After the back-off (100 ms for a first episode, at most 3.2 s) all threads again.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (effective_num_threads() == 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(effective_num_threads(), get_num_threads());
+  // An explicit count is kept whatever the regions look like.
+  set_num_threads(2);
+  for (int i = 0; i < 100; ++i)
+    parallel_for(0, 2, 1, [](int64_t lo, int64_t) {
+      if (lo == 1) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    });
+  EXPECT_EQ(effective_num_threads(), 2);
+  EXPECT_EQ(contention_episodes(), before + 1);
 }
 
 TEST(Parallel, ErrorsInWorkersPropagate) {

@@ -15,6 +15,18 @@ int get_num_threads();
 /// The default count described above.
 int available_cpus();
 
+/// The threads the next parallel loop or oneDNN primitive will use: the count
+/// above, or 1 while other busy processes share the cores and the count is
+/// the default one (NOTE [Contention] in src/core/parallel.cpp; an explicit
+/// set_num_threads or KILN_NUM_THREADS turns the adaptation off). Kernels
+/// that split work by thread ask this, not get_num_threads().
+int effective_num_threads();
+/// How often the default pool has dropped to one thread for contention.
+int64_t contention_episodes();
+/// Back to the default count (available_cpus(), adapting to contention), as
+/// if set_num_threads had never been called.
+void use_default_threads();
+
 namespace detail {
 /// A non-owning callable reference (the callee outlives the call).
 template <class Sig> class FunctionRef;

@@ -297,7 +297,7 @@ bool run_dnnl(Kind kind, const ConvGeom& g, DType dt, bool bias, std::initialize
               std::initializer_list<const Tensor*> outputs) {
   // oneDNN's kernels split work for the OpenMP count seen when the
   // primitive is created: set it first, and key the cache on it.
-  const int nt = get_num_threads();
+  const int nt = effective_num_threads();
   dnnl_common::OmpThreads threads(nt);
   ThreadState& ts = state();
   const Key key = make_key(kind, dt, bias, nt, g);

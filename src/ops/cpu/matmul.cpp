@@ -487,7 +487,7 @@ Entry make_entry(const Geometry& g, DType dt, int64_t a_sm, int64_t a_sk, int64_
 // multiply-adds.
 int threads_for(const Geometry& g) {
   constexpr int64_t kSerialMacs = int64_t(1) << 19;
-  return g.batch_count() * g.M * g.N * g.K < kSerialMacs ? 1 : get_num_threads();
+  return g.batch_count() * g.M * g.N * g.K < kSerialMacs ? 1 : effective_num_threads();
 }
 
 // Runs the canonical product on oneDNN. Returns false (having done nothing)

@@ -170,7 +170,7 @@ void run_layout(const Layout& L0, const typename Op::In* xp, typename Op::Out* o
   }
   const int64_t n_out = L.n_out, R = L.R;
   if (n_out == 0) return;
-  const int threads = get_num_threads();
+  const int threads = effective_num_threads();
   const bool serial = n_out * R < kGrainElems || threads == 1 || detail::in_parallel_region();
 
   if (R == 0) {
