@@ -114,68 +114,72 @@ cpu::AttentionShape make_shape(const KernelCase& c, uint64_t seed) {
 }
 
 TEST(AttentionKernels, FlashMatchesRef) {
-  const std::vector<KernelCase> cases = {
-      {2, 3, 70, 130, 5, 33, false, 0},  {1, 2, 130, 70, 16, 16, true, 0}, {1, 1, 64, 64, 32, 32, true, 2},
-      {2, 2, 1, 200, 8, 8, false, 1},    {1, 2, 97, 97, 64, 48, true, 1},  {2, 1, 33, 65, 17, 3, false, 3},
-      {1, 1, 150, 20, 4, 4, true, 0},    {2, 2, 0, 5, 4, 4, false, 0},     {1, 2, 6, 0, 4, 4, false, 0},
-      {1, 1, 40, 40, 80, 40, true, 2},
-  };
-  uint64_t seed = 100;
-  for (const KernelCase& c : cases)
-    for (DType t : {kF32, kF64}) {
-      SCOPED_TRACE(fmt::format("B {} H {} Tq {} Tk {} Dh {} Dv {} causal {} mask {} {}", c.B, c.H, c.Tq, c.Tk, c.Dh,
-                               c.Dv, c.causal, c.mask, name(t)));
-      const cpu::AttentionShape s = make_shape(c, ++seed);
-      Tensor q = random({c.B, c.H, c.Tq, c.Dh}, ++seed, t), k = random({c.B, c.H, c.Tk, c.Dh}, ++seed, t),
-             v = random({c.B, c.H, c.Tk, c.Dv}, ++seed, t), g = random({c.B, c.H, c.Tq, c.Dv}, ++seed, t);
-      Tensor o1 = empty({c.B, c.H, c.Tq, c.Dv}, {.dtype = t}), o2 = empty({c.B, c.H, c.Tq, c.Dv}, {.dtype = t});
-      Tensor l1 = empty({c.B, c.H, c.Tq}, {.dtype = t}), l2 = empty({c.B, c.H, c.Tq}, {.dtype = t});
-      cpu::flash_attention_forward(s, q, k, v, o1, l1);
-      cpu::ref::flash_attention_forward(s, q, k, v, o2, l2);
-      const double tol = t == kF32 ? 2e-5 : 1e-12;
-      EXPECT_TRUE(all_close(o1, o2, tol, tol)) << "out";
-      EXPECT_TRUE(all_close(l1, l2, tol, tol)) << "lse";
-      Tensor dq1 = empty(q.shape(), {.dtype = t}), dk1 = empty(k.shape(), {.dtype = t}),
-             dv1 = empty(v.shape(), {.dtype = t});
-      Tensor dq2 = empty(q.shape(), {.dtype = t}), dk2 = empty(k.shape(), {.dtype = t}),
-             dv2 = empty(v.shape(), {.dtype = t});
-      cpu::flash_attention_backward(s, q, k, v, o2, g, l2, dq1, dk1, dv1);
-      cpu::ref::flash_attention_backward(s, q, k, v, o2, g, l2, dq2, dk2, dv2);
-      const double gtol = t == kF32 ? 1e-4 : 1e-11;
-      EXPECT_TRUE(all_close(dq1, dq2, gtol, gtol)) << "dq";
-      EXPECT_TRUE(all_close(dk1, dk2, gtol, gtol)) << "dk";
-      EXPECT_TRUE(all_close(dv1, dv2, gtol, gtol)) << "dv";
-      // dout is read in place with its strides: a transposed layout and a
-      // stride-0 (expanded) one give the same bits as their contiguous copies.
-      for (const Tensor& gs : {noncontiguous(g), expand(random({1, 1, 1, c.Dv}, ++seed, t), g.shape())}) {
-        Tensor gc = contiguous(gs);
-        ASSERT_FALSE(gs.numel() > 1 && gs.is_contiguous());
-        cpu::flash_attention_backward(s, q, k, v, o2, gs, l2, dq1, dk1, dv1);
-        cpu::flash_attention_backward(s, q, k, v, o2, gc, l2, dq2, dk2, dv2);
-        EXPECT_TRUE(testing::equal(dq1, dq2)) << "dq, strided dout";
-        EXPECT_TRUE(testing::equal(dk1, dk2)) << "dk, strided dout";
-        EXPECT_TRUE(testing::equal(dv1, dv2)) << "dv, strided dout";
+  for_each_kernel_isa([&](KernelIsa) {
+    const std::vector<KernelCase> cases = {
+        {2, 3, 70, 130, 5, 33, false, 0},  {1, 2, 130, 70, 16, 16, true, 0}, {1, 1, 64, 64, 32, 32, true, 2},
+        {2, 2, 1, 200, 8, 8, false, 1},    {1, 2, 97, 97, 64, 48, true, 1},  {2, 1, 33, 65, 17, 3, false, 3},
+        {1, 1, 150, 20, 4, 4, true, 0},    {2, 2, 0, 5, 4, 4, false, 0},     {1, 2, 6, 0, 4, 4, false, 0},
+        {1, 1, 40, 40, 80, 40, true, 2},
+    };
+    uint64_t seed = 100;
+    for (const KernelCase& c : cases)
+      for (DType t : {kF32, kF64}) {
+        SCOPED_TRACE(fmt::format("B {} H {} Tq {} Tk {} Dh {} Dv {} causal {} mask {} {}", c.B, c.H, c.Tq, c.Tk, c.Dh,
+                                 c.Dv, c.causal, c.mask, name(t)));
+        const cpu::AttentionShape s = make_shape(c, ++seed);
+        Tensor q = random({c.B, c.H, c.Tq, c.Dh}, ++seed, t), k = random({c.B, c.H, c.Tk, c.Dh}, ++seed, t),
+               v = random({c.B, c.H, c.Tk, c.Dv}, ++seed, t), g = random({c.B, c.H, c.Tq, c.Dv}, ++seed, t);
+        Tensor o1 = empty({c.B, c.H, c.Tq, c.Dv}, {.dtype = t}), o2 = empty({c.B, c.H, c.Tq, c.Dv}, {.dtype = t});
+        Tensor l1 = empty({c.B, c.H, c.Tq}, {.dtype = t}), l2 = empty({c.B, c.H, c.Tq}, {.dtype = t});
+        cpu::flash_attention_forward(s, q, k, v, o1, l1);
+        cpu::ref::flash_attention_forward(s, q, k, v, o2, l2);
+        const double tol = t == kF32 ? 2e-5 : 1e-12;
+        EXPECT_TRUE(all_close(o1, o2, tol, tol)) << "out";
+        EXPECT_TRUE(all_close(l1, l2, tol, tol)) << "lse";
+        Tensor dq1 = empty(q.shape(), {.dtype = t}), dk1 = empty(k.shape(), {.dtype = t}),
+               dv1 = empty(v.shape(), {.dtype = t});
+        Tensor dq2 = empty(q.shape(), {.dtype = t}), dk2 = empty(k.shape(), {.dtype = t}),
+               dv2 = empty(v.shape(), {.dtype = t});
+        cpu::flash_attention_backward(s, q, k, v, o2, g, l2, dq1, dk1, dv1);
+        cpu::ref::flash_attention_backward(s, q, k, v, o2, g, l2, dq2, dk2, dv2);
+        const double gtol = t == kF32 ? 1e-4 : 1e-11;
+        EXPECT_TRUE(all_close(dq1, dq2, gtol, gtol)) << "dq";
+        EXPECT_TRUE(all_close(dk1, dk2, gtol, gtol)) << "dk";
+        EXPECT_TRUE(all_close(dv1, dv2, gtol, gtol)) << "dv";
+        // dout is read in place with its strides: a transposed layout and a
+        // stride-0 (expanded) one give the same bits as their contiguous copies.
+        for (const Tensor& gs : {noncontiguous(g), expand(random({1, 1, 1, c.Dv}, ++seed, t), g.shape())}) {
+          Tensor gc = contiguous(gs);
+          ASSERT_FALSE(gs.numel() > 1 && gs.is_contiguous());
+          cpu::flash_attention_backward(s, q, k, v, o2, gs, l2, dq1, dk1, dv1);
+          cpu::flash_attention_backward(s, q, k, v, o2, gc, l2, dq2, dk2, dv2);
+          EXPECT_TRUE(testing::equal(dq1, dq2)) << "dq, strided dout";
+          EXPECT_TRUE(testing::equal(dk1, dk2)) << "dk, strided dout";
+          EXPECT_TRUE(testing::equal(dv1, dv2)) << "dv, strided dout";
+        }
       }
-    }
+  });
 }
 
 TEST(AttentionKernels, ResultsDoNotDependOnThreadCount) {
-  const int before = get_num_threads();
-  const KernelCase c{3, 2, 100, 90, 32, 32, true, 1};
-  const cpu::AttentionShape s = make_shape(c, 7);
-  Tensor q = random({c.B, c.H, c.Tq, c.Dh}, 1, kF32), k = random({c.B, c.H, c.Tk, c.Dh}, 2, kF32),
-         v = random({c.B, c.H, c.Tk, c.Dv}, 3, kF32), g = random({c.B, c.H, c.Tq, c.Dv}, 4, kF32);
-  std::vector<Tensor> results[2];
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    Tensor o = empty({c.B, c.H, c.Tq, c.Dv}), l = empty({c.B, c.H, c.Tq});
-    Tensor dq = empty(q.shape()), dk = empty(k.shape()), dv = empty(v.shape());
-    cpu::flash_attention_forward(s, q, k, v, o, l);
-    cpu::flash_attention_backward(s, q, k, v, o, g, l, dq, dk, dv);
-    results[threads - 1] = {o, l, dq, dk, dv};
-  }
-  set_num_threads(before);
-  for (size_t i = 0; i < results[0].size(); ++i) EXPECT_TRUE(testing::equal(results[0][i], results[1][i])) << i;
+  for_each_kernel_isa([&](KernelIsa) {
+    const int before = get_num_threads();
+    const KernelCase c{3, 2, 100, 90, 32, 32, true, 1};
+    const cpu::AttentionShape s = make_shape(c, 7);
+    Tensor q = random({c.B, c.H, c.Tq, c.Dh}, 1, kF32), k = random({c.B, c.H, c.Tk, c.Dh}, 2, kF32),
+           v = random({c.B, c.H, c.Tk, c.Dv}, 3, kF32), g = random({c.B, c.H, c.Tq, c.Dv}, 4, kF32);
+    std::vector<Tensor> results[2];
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Tensor o = empty({c.B, c.H, c.Tq, c.Dv}), l = empty({c.B, c.H, c.Tq});
+      Tensor dq = empty(q.shape()), dk = empty(k.shape()), dv = empty(v.shape());
+      cpu::flash_attention_forward(s, q, k, v, o, l);
+      cpu::flash_attention_backward(s, q, k, v, o, g, l, dq, dk, dv);
+      results[threads - 1] = {o, l, dq, dk, dv};
+    }
+    set_num_threads(before);
+    for (size_t i = 0; i < results[0].size(); ++i) EXPECT_TRUE(testing::equal(results[0][i], results[1][i])) << i;
+  });
 }
 
 // Flash against standard at the op level, f64: out and all three grads.

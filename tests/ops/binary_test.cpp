@@ -213,58 +213,64 @@ bool float_only(cpu::BinaryOp op) {
 }
 
 TEST(BinaryKernel, FastMatchesRefForEveryOp) {
-  for (int k = 0; k < cpu::kNumBinaryOps; ++k) {
-    auto op = cpu::BinaryOp(k);
-    for (DType t : {kF32, kF64, kBF16, kI64, kI32, kU8, kBool}) {
-      if (float_only(op) && !is_floating(t)) continue;
-      if (op == cpu::BinaryOp::pow && !is_floating(t) && t != kBool) continue;  // wraps: checked below
-      cpu::OpParams p = op == cpu::BinaryOp::isclose ? cpu::OpParams{1e-2, 1e-3}
-                        : op == cpu::BinaryOp::softplus_backward ? cpu::OpParams{1.5, 2.0}
-                        : op == cpu::BinaryOp::leaky_relu_backward ? cpu::OpParams{0.1, 0}
-                        : op == cpu::BinaryOp::add || op == cpu::BinaryOp::sub ? cpu::OpParams{2, 0}
-                                                                                : cpu::OpParams{};
-      for (const Layout& l : layouts()) {
-        if (std::string(l.name) == "large" && t != kF32) continue;  // chunking does not depend on dtype
-        Tensor a = l.a(t, 11 + k), b = l.b(t, 17 + k);
-        if (op == cpu::BinaryOp::pow && is_floating(t)) a = abs(a);
-        Shape s = broadcast_shapes("test", a.shape(), b.shape());
-        DType ot = cpu::is_predicate(op) ? kBool : t;
-        Tensor fast = empty(s, {.dtype = ot}), slow = empty(s, {.dtype = ot});
-        cpu::binary(op, fast, a, b, p);
-        cpu::ref::binary(op, slow, a, b, p);
-        EXPECT_TRUE(same_result(fast, slow)) << "op #" << k << " " << name(t) << " " << l.name;
-        // Scalar operand on either side.
-        Tensor f2 = empty(b.shape(), {.dtype = ot}), s2 = empty(b.shape(), {.dtype = ot});
-        for (bool rev : {false, true}) {
-          cpu::binary_scalar(op, f2, b, 2, rev, p);
-          cpu::ref::binary_scalar(op, s2, b, 2, rev, p);
-          EXPECT_TRUE(same_result(f2, s2)) << "scalar op #" << k << " " << name(t) << " " << l.name << " rev " << rev;
+  for_each_kernel_isa([&](KernelIsa) {
+    for (int k = 0; k < cpu::kNumBinaryOps; ++k) {
+      auto op = cpu::BinaryOp(k);
+      for (DType t : {kF32, kF64, kBF16, kI64, kI32, kU8, kBool}) {
+        if (float_only(op) && !is_floating(t)) continue;
+        if (op == cpu::BinaryOp::pow && !is_floating(t) && t != kBool) continue;  // wraps: checked below
+        cpu::OpParams p = op == cpu::BinaryOp::isclose ? cpu::OpParams{1e-2, 1e-3}
+                          : op == cpu::BinaryOp::softplus_backward ? cpu::OpParams{1.5, 2.0}
+                          : op == cpu::BinaryOp::leaky_relu_backward ? cpu::OpParams{0.1, 0}
+                          : op == cpu::BinaryOp::add || op == cpu::BinaryOp::sub ? cpu::OpParams{2, 0}
+                                                                                  : cpu::OpParams{};
+        for (const Layout& l : layouts()) {
+          if (std::string(l.name) == "large" && t != kF32) continue;  // chunking does not depend on dtype
+          Tensor a = l.a(t, 11 + k), b = l.b(t, 17 + k);
+          if (op == cpu::BinaryOp::pow && is_floating(t)) a = abs(a);
+          Shape s = broadcast_shapes("test", a.shape(), b.shape());
+          DType ot = cpu::is_predicate(op) ? kBool : t;
+          Tensor fast = empty(s, {.dtype = ot}), slow = empty(s, {.dtype = ot});
+          cpu::binary(op, fast, a, b, p);
+          cpu::ref::binary(op, slow, a, b, p);
+          EXPECT_TRUE(same_result(fast, slow)) << "op #" << k << " " << name(t) << " " << l.name;
+          // Scalar operand on either side.
+          Tensor f2 = empty(b.shape(), {.dtype = ot}), s2 = empty(b.shape(), {.dtype = ot});
+          for (bool rev : {false, true}) {
+            cpu::binary_scalar(op, f2, b, 2, rev, p);
+            cpu::ref::binary_scalar(op, s2, b, 2, rev, p);
+            EXPECT_TRUE(same_result(f2, s2)) << "scalar op #" << k << " " << name(t) << " " << l.name << " rev " << rev;
+          }
         }
       }
     }
-  }
+  });
 }
 
 TEST(BinaryKernel, IntegerPowFastMatchesRef) {
-  Tensor a = random_of({4, 5}, kI64, 3), b = abs(random_of({5}, kI64, 4));
-  Tensor fast = empty({4, 5}, {.dtype = kI64}), slow = empty({4, 5}, {.dtype = kI64});
-  cpu::binary(cpu::BinaryOp::pow, fast, a, b);
-  cpu::ref::binary(cpu::BinaryOp::pow, slow, a, b);
-  EXPECT_TRUE(same_result(fast, slow));
+  for_each_kernel_isa([&](KernelIsa) {
+    Tensor a = random_of({4, 5}, kI64, 3), b = abs(random_of({5}, kI64, 4));
+    Tensor fast = empty({4, 5}, {.dtype = kI64}), slow = empty({4, 5}, {.dtype = kI64});
+    cpu::binary(cpu::BinaryOp::pow, fast, a, b);
+    cpu::ref::binary(cpu::BinaryOp::pow, slow, a, b);
+    EXPECT_TRUE(same_result(fast, slow));
+  });
 }
 
 TEST(BinaryKernel, WhereFastMatchesRef) {
-  for (DType t : {kF32, kF64, kBF16, kI64, kBool}) {
-    for (const Layout& l : layouts()) {
-      Tensor a = l.a(t, 5), b = l.b(t, 6);
-      Shape s = broadcast_shapes("test", a.shape(), b.shape());
-      Tensor c = random_of(s.size() > 1 ? Shape{s[s.size() - 1]} : s, kBool, 7);
-      Tensor fast = empty(s, {.dtype = t}), slow = empty(s, {.dtype = t});
-      cpu::where(fast, c, a, b);
-      cpu::ref::where(slow, c, a, b);
-      EXPECT_TRUE(same_result(fast, slow)) << name(t) << " " << l.name;
+  for_each_kernel_isa([&](KernelIsa) {
+    for (DType t : {kF32, kF64, kBF16, kI64, kBool}) {
+      for (const Layout& l : layouts()) {
+        Tensor a = l.a(t, 5), b = l.b(t, 6);
+        Shape s = broadcast_shapes("test", a.shape(), b.shape());
+        Tensor c = random_of(s.size() > 1 ? Shape{s[s.size() - 1]} : s, kBool, 7);
+        Tensor fast = empty(s, {.dtype = t}), slow = empty(s, {.dtype = t});
+        cpu::where(fast, c, a, b);
+        cpu::ref::where(slow, c, a, b);
+        EXPECT_TRUE(same_result(fast, slow)) << name(t) << " " << l.name;
+      }
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------

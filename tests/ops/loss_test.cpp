@@ -128,82 +128,86 @@ Tensor rnd(const Shape& s, DType t, uint64_t seed, double scale = 1.0) {
 }
 
 TEST(LossKernels, CrossEntropyFastMatchesRef) {
-  uint64_t seed = 0;
-  for (auto [R, C] : std::vector<std::pair<int64_t, int64_t>>{{768, 65}, {7, 3}, {5, 3000}, {1, 1}, {300, 17}})
-    for (DType t : {kF32, kF64, kBF16})
-      for (DType it : {kI32, kI64})
-        for (int variant = 0; variant < 3; ++variant) {  // plain; weights + ignore; smoothing
-          SCOPED_TRACE(fmt::format("[{}, {}] {} {} variant {}", R, C, name(t), name(it), variant));
-          Tensor x = rnd({R, C}, t, ++seed, 4.0);
-          Generator gen(++seed);
-          Tensor tg = randint(0, C, {R}, gen, {.dtype = it});
-          if (variant == 1 && R > 2) {
-            tg = where(lt(rand({R}, gen), 0.3), full({R}, -100, {.dtype = it}), tg);
+  for_each_kernel_isa([&](KernelIsa) {
+    uint64_t seed = 0;
+    for (auto [R, C] : std::vector<std::pair<int64_t, int64_t>>{{768, 65}, {7, 3}, {5, 3000}, {1, 1}, {300, 17}})
+      for (DType t : {kF32, kF64, kBF16})
+        for (DType it : {kI32, kI64})
+          for (int variant = 0; variant < 3; ++variant) {  // plain; weights + ignore; smoothing
+            SCOPED_TRACE(fmt::format("[{}, {}] {} {} variant {}", R, C, name(t), name(it), variant));
+            Tensor x = rnd({R, C}, t, ++seed, 4.0);
+            Generator gen(++seed);
+            Tensor tg = randint(0, C, {R}, gen, {.dtype = it});
+            if (variant == 1 && R > 2) {
+              tg = where(lt(rand({R}, gen), 0.3), full({R}, -100, {.dtype = it}), tg);
+            }
+            Tensor w = variant == 1 ? to(rand({R}, gen), t) : Tensor();
+            const double s = variant == 2 ? 0.15 : 0.0;
+            const DType sd = t == kF64 ? kF64 : kF32;
+            Tensor l1 = Tensor::empty({R}, sd), l2 = Tensor::empty({R}, sd), r1 = Tensor::empty({R}, t),
+                   r2 = Tensor::empty({R}, t);
+            const double tol = t == kBF16 ? 2e-2 : t == kF32 ? 2e-5 : 1e-12;
+            double t1, w1, t2, w2, t3, w3;
+            Tensor p1 = zeros({R, C}, {.dtype = t}), p2 = zeros({R, C}, {.dtype = t});
+            cpu::cross_entropy(x, tg, w, -100, s, l1, {}, r1, &t1, &w1);
+            cpu::ref::cross_entropy(x, tg, w, -100, s, l2, p2, r2, &t2, &w2);
+            Tensor l3 = Tensor::empty({R}, sd);
+            cpu::cross_entropy(x, tg, w, -100, s, l3, p1, {}, &t3, &w3);  // with probs
+            EXPECT_TRUE(all_close(l3, l2, tol, tol)) << "lse with probs";
+            EXPECT_NEAR(t3, t2, tol * (1 + std::abs(t2)) * 4);
+            EXPECT_TRUE(all_close(p1, p2, tol, 1e-6)) << "probs";
+            EXPECT_TRUE(all_close(l1, l2, tol, tol)) << "lse";
+            EXPECT_TRUE(all_close(r1, r2, tol, tol)) << "rows";
+            EXPECT_NEAR(t1, t2, tol * (1 + std::abs(t2)) * 4);
+            EXPECT_NEAR(w1, w2, 1e-4 * (1 + w2));
+            for (int64_t gn : {int64_t(1), R}) {
+              Tensor g = rnd({gn}, t, ++seed);
+              Tensor g1 = Tensor::empty({R, C}, t), g2 = Tensor::empty({R, C}, t), g3 = Tensor::empty({R, C}, t);
+              cpu::cross_entropy_backward(x, tg, w, -100, s, l2, {}, g, 0.7, g1);
+              cpu::ref::cross_entropy_backward(x, tg, w, -100, s, l2, {}, g, 0.7, g2);
+              cpu::cross_entropy_backward(x, tg, w, -100, s, l2, p1, g, 0.7, g3);
+              EXPECT_TRUE(all_close(g1, g2, tol, tol)) << "grad, grad numel " << gn;
+              EXPECT_TRUE(all_close(g3, g2, tol, tol)) << "grad from saved probs, grad numel " << gn;
+            }
           }
-          Tensor w = variant == 1 ? to(rand({R}, gen), t) : Tensor();
-          const double s = variant == 2 ? 0.15 : 0.0;
-          const DType sd = t == kF64 ? kF64 : kF32;
-          Tensor l1 = Tensor::empty({R}, sd), l2 = Tensor::empty({R}, sd), r1 = Tensor::empty({R}, t),
-                 r2 = Tensor::empty({R}, t);
-          const double tol = t == kBF16 ? 2e-2 : t == kF32 ? 2e-5 : 1e-12;
-          double t1, w1, t2, w2, t3, w3;
-          Tensor p1 = zeros({R, C}, {.dtype = t}), p2 = zeros({R, C}, {.dtype = t});
-          cpu::cross_entropy(x, tg, w, -100, s, l1, {}, r1, &t1, &w1);
-          cpu::ref::cross_entropy(x, tg, w, -100, s, l2, p2, r2, &t2, &w2);
-          Tensor l3 = Tensor::empty({R}, sd);
-          cpu::cross_entropy(x, tg, w, -100, s, l3, p1, {}, &t3, &w3);  // with probs
-          EXPECT_TRUE(all_close(l3, l2, tol, tol)) << "lse with probs";
-          EXPECT_NEAR(t3, t2, tol * (1 + std::abs(t2)) * 4);
-          EXPECT_TRUE(all_close(p1, p2, tol, 1e-6)) << "probs";
-          EXPECT_TRUE(all_close(l1, l2, tol, tol)) << "lse";
-          EXPECT_TRUE(all_close(r1, r2, tol, tol)) << "rows";
-          EXPECT_NEAR(t1, t2, tol * (1 + std::abs(t2)) * 4);
-          EXPECT_NEAR(w1, w2, 1e-4 * (1 + w2));
-          for (int64_t gn : {int64_t(1), R}) {
-            Tensor g = rnd({gn}, t, ++seed);
-            Tensor g1 = Tensor::empty({R, C}, t), g2 = Tensor::empty({R, C}, t), g3 = Tensor::empty({R, C}, t);
-            cpu::cross_entropy_backward(x, tg, w, -100, s, l2, {}, g, 0.7, g1);
-            cpu::ref::cross_entropy_backward(x, tg, w, -100, s, l2, {}, g, 0.7, g2);
-            cpu::cross_entropy_backward(x, tg, w, -100, s, l2, p1, g, 0.7, g3);
-            EXPECT_TRUE(all_close(g1, g2, tol, tol)) << "grad, grad numel " << gn;
-            EXPECT_TRUE(all_close(g3, g2, tol, tol)) << "grad from saved probs, grad numel " << gn;
-          }
-        }
+  });
 }
 
 TEST(LossKernels, PointwiseFastMatchesRef) {
-  using K = cpu::PointwiseLoss;
-  uint64_t seed = 100;
-  for (K kind : {K::mse, K::l1, K::smooth_l1, K::bce, K::bce_with_logits})
-    for (int64_t n : {int64_t(1), int64_t(37), int64_t(40000)})
-      for (DType t : {kF32, kF64, kBF16})
-        for (bool weighted : {false, true}) {
-          SCOPED_TRACE(fmt::format("kind {} n {} {} weighted {}", int(kind), n, name(t), weighted));
-          Generator gen(++seed);
-          Tensor x = kind == K::bce ? to(add(mul(rand({n}, gen), 0.98), 0.01), t) : rnd({n}, t, ++seed, 2.0);
-          Tensor y = kind == K::bce || kind == K::bce_with_logits ? to(rand({n}, gen), t) : rnd({n}, t, ++seed, 2.0);
-          Tensor w = weighted ? to(rand({n}, gen), t) : Tensor();
-          Tensor pw = weighted && kind == K::bce_with_logits ? to(add(rand({n}, gen), 0.5), t) : Tensor();
-          for (double beta : {1.0, 0.0}) {
-            if (beta == 0.0 && kind != K::smooth_l1) continue;
-            Tensor o1 = Tensor::empty({n}, t), o2 = Tensor::empty({n}, t);
-            const double s1 = cpu::pointwise_loss(kind, beta, x, y, w, pw, o1);
-            const double s2 = cpu::ref::pointwise_loss(kind, beta, x, y, w, pw, o2);
-            const double tol = t == kBF16 ? 2e-2 : t == kF32 ? 1e-5 : 1e-12;
-            EXPECT_TRUE(all_close(o1, o2, tol, tol));
-            EXPECT_NEAR(cpu::pointwise_loss(kind, beta, x, y, w, pw, {}), s1, 1e-9 * (1 + std::abs(s1)));
-            EXPECT_NEAR(s1, s2, tol * (1 + std::abs(s2)));
-            for (int64_t gn : {int64_t(1), n}) {
-              Tensor g = rnd({gn}, t, ++seed);
-              Tensor gx1 = Tensor::empty({n}, t), gy1 = Tensor::empty({n}, t), gx2 = Tensor::empty({n}, t),
-                     gy2 = Tensor::empty({n}, t);
-              cpu::pointwise_loss_backward(kind, beta, x, y, w, pw, g, 0.5, gx1, gy1);
-              cpu::ref::pointwise_loss_backward(kind, beta == 0.0 ? 0.0 : beta, x, y, w, pw, g, 0.5, gx2, gy2);
-              EXPECT_TRUE(all_close(gx1, gx2, tol, tol)) << "gx";
-              EXPECT_TRUE(all_close(gy1, gy2, tol, tol)) << "gy";
+  for_each_kernel_isa([&](KernelIsa) {
+    using K = cpu::PointwiseLoss;
+    uint64_t seed = 100;
+    for (K kind : {K::mse, K::l1, K::smooth_l1, K::bce, K::bce_with_logits})
+      for (int64_t n : {int64_t(1), int64_t(37), int64_t(40000)})
+        for (DType t : {kF32, kF64, kBF16})
+          for (bool weighted : {false, true}) {
+            SCOPED_TRACE(fmt::format("kind {} n {} {} weighted {}", int(kind), n, name(t), weighted));
+            Generator gen(++seed);
+            Tensor x = kind == K::bce ? to(add(mul(rand({n}, gen), 0.98), 0.01), t) : rnd({n}, t, ++seed, 2.0);
+            Tensor y = kind == K::bce || kind == K::bce_with_logits ? to(rand({n}, gen), t) : rnd({n}, t, ++seed, 2.0);
+            Tensor w = weighted ? to(rand({n}, gen), t) : Tensor();
+            Tensor pw = weighted && kind == K::bce_with_logits ? to(add(rand({n}, gen), 0.5), t) : Tensor();
+            for (double beta : {1.0, 0.0}) {
+              if (beta == 0.0 && kind != K::smooth_l1) continue;
+              Tensor o1 = Tensor::empty({n}, t), o2 = Tensor::empty({n}, t);
+              const double s1 = cpu::pointwise_loss(kind, beta, x, y, w, pw, o1);
+              const double s2 = cpu::ref::pointwise_loss(kind, beta, x, y, w, pw, o2);
+              const double tol = t == kBF16 ? 2e-2 : t == kF32 ? 1e-5 : 1e-12;
+              EXPECT_TRUE(all_close(o1, o2, tol, tol));
+              EXPECT_NEAR(cpu::pointwise_loss(kind, beta, x, y, w, pw, {}), s1, 1e-9 * (1 + std::abs(s1)));
+              EXPECT_NEAR(s1, s2, tol * (1 + std::abs(s2)));
+              for (int64_t gn : {int64_t(1), n}) {
+                Tensor g = rnd({gn}, t, ++seed);
+                Tensor gx1 = Tensor::empty({n}, t), gy1 = Tensor::empty({n}, t), gx2 = Tensor::empty({n}, t),
+                       gy2 = Tensor::empty({n}, t);
+                cpu::pointwise_loss_backward(kind, beta, x, y, w, pw, g, 0.5, gx1, gy1);
+                cpu::ref::pointwise_loss_backward(kind, beta == 0.0 ? 0.0 : beta, x, y, w, pw, g, 0.5, gx2, gy2);
+                EXPECT_TRUE(all_close(gx1, gx2, tol, tol)) << "gx";
+                EXPECT_TRUE(all_close(gy1, gy2, tol, tol)) << "gy";
+              }
             }
           }
-        }
+  });
 }
 
 // ---- masked cross-entropy (SPECS F2) ----

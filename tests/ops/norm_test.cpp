@@ -112,78 +112,82 @@ Tensor rnd(const Shape& s, DType t, uint64_t seed, double scale = 1.0, double sh
 double tol_for(DType t) { return t == kBF16 ? 2e-2 : t == kF32 ? 2e-5 : 1e-12; }
 
 TEST(NormKernels, LayerNormFastMatchesRef) {
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{7, 13}, {64, 1000}, {3, 5000}, {1, 1}, {300, 64}, {0, 5}};
-  uint64_t seed = 0;
-  for (auto [M, N] : shapes)
-    for (DType t : {kF32, kF64, kBF16})
-      for (int affine = 0; affine < 3; ++affine)
-        for (bool rms : {false, true}) {
-          SCOPED_TRACE(fmt::format("[{}, {}] {} affine {} rms {}", M, N, name(t), affine, rms));
-          const DType sd = t == kF64 ? kF64 : kF32;
-          Tensor x = rnd({M, N}, t, ++seed, 3.0, 5.0);  // offset mean: tests the centring
-          Tensor w = affine ? rnd({N}, t, ++seed) : Tensor(), b = affine == 2 ? rnd({N}, t, ++seed) : Tensor();
-          Tensor o1 = Tensor::empty({M, N}, t), o2 = Tensor::empty({M, N}, t);
-          Tensor m1 = rms ? Tensor() : Tensor::empty({M}, sd), m2 = rms ? Tensor() : Tensor::empty({M}, sd);
-          Tensor r1 = Tensor::empty({M}, sd), r2 = Tensor::empty({M}, sd);
-          cpu::layer_norm(x, w, b, 1e-5, rms, o1, m1, r1);
-          cpu::ref::layer_norm(x, w, b, 1e-5, rms, o2, m2, r2);
-          const double tol = tol_for(t);
-          EXPECT_TRUE(all_close(o1, o2, tol, tol)) << "out";
-          EXPECT_TRUE(all_close(r1, r2, tol, tol)) << "rstd";
-          if (!rms) {
-            EXPECT_TRUE(all_close(m1, m2, tol, tol)) << "mean";
+  for_each_kernel_isa([&](KernelIsa) {
+    const std::vector<std::pair<int64_t, int64_t>> shapes = {{7, 13}, {64, 1000}, {3, 5000}, {1, 1}, {300, 64}, {0, 5}};
+    uint64_t seed = 0;
+    for (auto [M, N] : shapes)
+      for (DType t : {kF32, kF64, kBF16})
+        for (int affine = 0; affine < 3; ++affine)
+          for (bool rms : {false, true}) {
+            SCOPED_TRACE(fmt::format("[{}, {}] {} affine {} rms {}", M, N, name(t), affine, rms));
+            const DType sd = t == kF64 ? kF64 : kF32;
+            Tensor x = rnd({M, N}, t, ++seed, 3.0, 5.0);  // offset mean: tests the centring
+            Tensor w = affine ? rnd({N}, t, ++seed) : Tensor(), b = affine == 2 ? rnd({N}, t, ++seed) : Tensor();
+            Tensor o1 = Tensor::empty({M, N}, t), o2 = Tensor::empty({M, N}, t);
+            Tensor m1 = rms ? Tensor() : Tensor::empty({M}, sd), m2 = rms ? Tensor() : Tensor::empty({M}, sd);
+            Tensor r1 = Tensor::empty({M}, sd), r2 = Tensor::empty({M}, sd);
+            cpu::layer_norm(x, w, b, 1e-5, rms, o1, m1, r1);
+            cpu::ref::layer_norm(x, w, b, 1e-5, rms, o2, m2, r2);
+            const double tol = tol_for(t);
+            EXPECT_TRUE(all_close(o1, o2, tol, tol)) << "out";
+            EXPECT_TRUE(all_close(r1, r2, tol, tol)) << "rstd";
+            if (!rms) {
+              EXPECT_TRUE(all_close(m1, m2, tol, tol)) << "mean";
+            }
+            Tensor g = rnd({M, N}, t, ++seed);
+            Tensor gx1 = Tensor::empty({M, N}, t), gx2 = Tensor::empty({M, N}, t);
+            Tensor gw1 = w.defined() ? Tensor::empty({N}, t) : Tensor(), gw2 = w.defined() ? Tensor::empty({N}, t) : Tensor();
+            Tensor gb1 = Tensor::empty({N}, t), gb2 = Tensor::empty({N}, t);
+            cpu::layer_norm_backward(g, x, w, m2, r2, rms, gx1, gw1, gb1);
+            cpu::ref::layer_norm_backward(g, x, w, m2, r2, rms, gx2, gw2, gb2);
+            // Sums over M rows: scale the tolerance with the row count for f32/bf16.
+            const double stol = t == kF64 ? 1e-11 : tol * 4;
+            EXPECT_TRUE(all_close(gx1, gx2, tol * 4, tol * 4)) << "gx";
+            if (w.defined()) {
+              EXPECT_TRUE(all_close(gw1, gw2, stol, stol * double(std::max<int64_t>(M, 1)))) << "gw";
+            }
+            EXPECT_TRUE(all_close(gb1, gb2, stol, stol * double(std::max<int64_t>(M, 1)))) << "gb";
           }
-          Tensor g = rnd({M, N}, t, ++seed);
-          Tensor gx1 = Tensor::empty({M, N}, t), gx2 = Tensor::empty({M, N}, t);
-          Tensor gw1 = w.defined() ? Tensor::empty({N}, t) : Tensor(), gw2 = w.defined() ? Tensor::empty({N}, t) : Tensor();
-          Tensor gb1 = Tensor::empty({N}, t), gb2 = Tensor::empty({N}, t);
-          cpu::layer_norm_backward(g, x, w, m2, r2, rms, gx1, gw1, gb1);
-          cpu::ref::layer_norm_backward(g, x, w, m2, r2, rms, gx2, gw2, gb2);
-          // Sums over M rows: scale the tolerance with the row count for f32/bf16.
-          const double stol = t == kF64 ? 1e-11 : tol * 4;
-          EXPECT_TRUE(all_close(gx1, gx2, tol * 4, tol * 4)) << "gx";
-          if (w.defined()) {
-            EXPECT_TRUE(all_close(gw1, gw2, stol, stol * double(std::max<int64_t>(M, 1)))) << "gw";
-          }
-          EXPECT_TRUE(all_close(gb1, gb2, stol, stol * double(std::max<int64_t>(M, 1)))) << "gb";
-        }
+  });
 }
 
 TEST(NormKernels, BatchNormFastMatchesRef) {
-  const std::vector<Shape> shapes = {{4, 3, 5}, {8, 16, 49}, {64, 7}, {2, 3, 1}, {3, 2, 4, 4}, {16, 4, 300}};
-  uint64_t seed = 100;
-  for (const Shape& s : shapes)
-    for (DType t : {kF32, kF64, kBF16})
-      for (bool affine : {false, true})
-        for (bool training : {false, true}) {
-          SCOPED_TRACE(fmt::format("{} {} affine {} training {}", to_string(s), name(t), affine, training));
-          const DType sd = t == kF64 ? kF64 : kF32;
-          const int64_t C = s[1];
-          Tensor x = rnd(s, t, ++seed, 2.0, 3.0);
-          Tensor w = affine ? rnd({C}, t, ++seed) : Tensor(), b = affine ? rnd({C}, t, ++seed) : Tensor();
-          Tensor m1 = Tensor::empty({C}, sd), v1 = Tensor::empty({C}, sd), m2 = Tensor::empty({C}, sd),
-                 v2 = Tensor::empty({C}, sd);
-          cpu::batch_norm_stats(x, m1, v1);
-          cpu::ref::batch_norm_stats(x, m2, v2);
-          const double tol = tol_for(t);
-          EXPECT_TRUE(all_close(m1, m2, tol, tol)) << "mean";
-          EXPECT_TRUE(all_close(v1, v2, tol, tol)) << "var";
-          Tensor inv = rsqrt(add(v2, 1e-5));
-          Tensor o1 = Tensor::empty(s, t), o2 = Tensor::empty(s, t);
-          cpu::batch_norm_apply(x, m2, inv, w, b, o1);
-          cpu::ref::batch_norm_apply(x, m2, inv, w, b, o2);
-          EXPECT_TRUE(all_close(o1, o2, tol * 4, tol * 4)) << "out";
-          Tensor g = rnd(s, t, ++seed);
-          Tensor gx1 = Tensor::empty(s, t), gx2 = Tensor::empty(s, t);
-          Tensor gw1 = Tensor::empty({C}, t), gw2 = Tensor::empty({C}, t), gb1 = Tensor::empty({C}, t),
-                 gb2 = Tensor::empty({C}, t);
-          cpu::batch_norm_backward(g, x, m2, inv, w, training, gx1, gw1, gb1);
-          cpu::ref::batch_norm_backward(g, x, m2, inv, w, training, gx2, gw2, gb2);
-          const double n = double(x.numel() / C);
-          EXPECT_TRUE(all_close(gx1, gx2, tol * 8, tol * 8)) << "gx";
-          EXPECT_TRUE(all_close(gw1, gw2, tol * 4, tol * n)) << "gw";
-          EXPECT_TRUE(all_close(gb1, gb2, tol * 4, tol * n)) << "gb";
-        }
+  for_each_kernel_isa([&](KernelIsa) {
+    const std::vector<Shape> shapes = {{4, 3, 5}, {8, 16, 49}, {64, 7}, {2, 3, 1}, {3, 2, 4, 4}, {16, 4, 300}};
+    uint64_t seed = 100;
+    for (const Shape& s : shapes)
+      for (DType t : {kF32, kF64, kBF16})
+        for (bool affine : {false, true})
+          for (bool training : {false, true}) {
+            SCOPED_TRACE(fmt::format("{} {} affine {} training {}", to_string(s), name(t), affine, training));
+            const DType sd = t == kF64 ? kF64 : kF32;
+            const int64_t C = s[1];
+            Tensor x = rnd(s, t, ++seed, 2.0, 3.0);
+            Tensor w = affine ? rnd({C}, t, ++seed) : Tensor(), b = affine ? rnd({C}, t, ++seed) : Tensor();
+            Tensor m1 = Tensor::empty({C}, sd), v1 = Tensor::empty({C}, sd), m2 = Tensor::empty({C}, sd),
+                   v2 = Tensor::empty({C}, sd);
+            cpu::batch_norm_stats(x, m1, v1);
+            cpu::ref::batch_norm_stats(x, m2, v2);
+            const double tol = tol_for(t);
+            EXPECT_TRUE(all_close(m1, m2, tol, tol)) << "mean";
+            EXPECT_TRUE(all_close(v1, v2, tol, tol)) << "var";
+            Tensor inv = rsqrt(add(v2, 1e-5));
+            Tensor o1 = Tensor::empty(s, t), o2 = Tensor::empty(s, t);
+            cpu::batch_norm_apply(x, m2, inv, w, b, o1);
+            cpu::ref::batch_norm_apply(x, m2, inv, w, b, o2);
+            EXPECT_TRUE(all_close(o1, o2, tol * 4, tol * 4)) << "out";
+            Tensor g = rnd(s, t, ++seed);
+            Tensor gx1 = Tensor::empty(s, t), gx2 = Tensor::empty(s, t);
+            Tensor gw1 = Tensor::empty({C}, t), gw2 = Tensor::empty({C}, t), gb1 = Tensor::empty({C}, t),
+                   gb2 = Tensor::empty({C}, t);
+            cpu::batch_norm_backward(g, x, m2, inv, w, training, gx1, gw1, gb1);
+            cpu::ref::batch_norm_backward(g, x, m2, inv, w, training, gx2, gw2, gb2);
+            const double n = double(x.numel() / C);
+            EXPECT_TRUE(all_close(gx1, gx2, tol * 8, tol * 8)) << "gx";
+            EXPECT_TRUE(all_close(gw1, gw2, tol * 4, tol * n)) << "gw";
+            EXPECT_TRUE(all_close(gb1, gb2, tol * 4, tol * n)) << "gb";
+          }
+  });
 }
 
 struct ThreadCount {
@@ -192,25 +196,27 @@ struct ThreadCount {
 };
 
 TEST(NormKernels, SameBitsForAnyThreadCount) {
-  ThreadCount restore;
-  Tensor x = rnd({2000, 96}, kF32, 1), w = rnd({96}, kF32, 2), b = rnd({96}, kF32, 3), g = rnd({2000, 96}, kF32, 4);
-  Tensor xb = rnd({32, 24, 100}, kF32, 5), gb = rnd({32, 24, 100}, kF32, 6), wb = rnd({24}, kF32, 7);
-  std::vector<std::vector<Tensor>> runs;
-  for (int threads : {1, 2, 3}) {
-    set_num_threads(threads);
-    std::vector<Tensor> r;
-    Tensor o = Tensor::empty({2000, 96}), m = Tensor::empty({2000}), s = Tensor::empty({2000});
-    cpu::layer_norm(x, w, b, 1e-5, false, o, m, s);
-    Tensor gx = Tensor::empty({2000, 96}), gw = Tensor::empty({96}), gbias = Tensor::empty({96});
-    cpu::layer_norm_backward(g, x, w, m, s, false, gx, gw, gbias);
-    Tensor bm = Tensor::empty({24}), bv = Tensor::empty({24});
-    cpu::batch_norm_stats(xb, bm, bv);
-    Tensor bgx = Tensor::empty(xb.shape()), bgw = Tensor::empty({24}), bgb = Tensor::empty({24});
-    cpu::batch_norm_backward(gb, xb, bm, rsqrt(add(bv, 1e-5)), wb, true, bgx, bgw, bgb);
-    runs.push_back({o, gx, gw, gbias, bm, bv, bgx, bgw, bgb});
-  }
-  for (size_t k = 1; k < runs.size(); ++k)
-    for (size_t i = 0; i < runs[0].size(); ++i) EXPECT_TRUE(testing::equal(runs[k][i], runs[0][i])) << k << " " << i;
+  for_each_kernel_isa([&](KernelIsa) {
+    ThreadCount restore;
+    Tensor x = rnd({2000, 96}, kF32, 1), w = rnd({96}, kF32, 2), b = rnd({96}, kF32, 3), g = rnd({2000, 96}, kF32, 4);
+    Tensor xb = rnd({32, 24, 100}, kF32, 5), gb = rnd({32, 24, 100}, kF32, 6), wb = rnd({24}, kF32, 7);
+    std::vector<std::vector<Tensor>> runs;
+    for (int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      std::vector<Tensor> r;
+      Tensor o = Tensor::empty({2000, 96}), m = Tensor::empty({2000}), s = Tensor::empty({2000});
+      cpu::layer_norm(x, w, b, 1e-5, false, o, m, s);
+      Tensor gx = Tensor::empty({2000, 96}), gw = Tensor::empty({96}), gbias = Tensor::empty({96});
+      cpu::layer_norm_backward(g, x, w, m, s, false, gx, gw, gbias);
+      Tensor bm = Tensor::empty({24}), bv = Tensor::empty({24});
+      cpu::batch_norm_stats(xb, bm, bv);
+      Tensor bgx = Tensor::empty(xb.shape()), bgw = Tensor::empty({24}), bgb = Tensor::empty({24});
+      cpu::batch_norm_backward(gb, xb, bm, rsqrt(add(bv, 1e-5)), wb, true, bgx, bgw, bgb);
+      runs.push_back({o, gx, gw, gbias, bm, bv, bgx, bgw, bgb});
+    }
+    for (size_t k = 1; k < runs.size(); ++k)
+      for (size_t i = 0; i < runs[0].size(); ++i) EXPECT_TRUE(testing::equal(runs[k][i], runs[0][i])) << k << " " << i;
+  });
 }
 
 // ---- gradchecks (f64) ----

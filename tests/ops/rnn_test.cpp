@@ -104,43 +104,45 @@ TEST(RnnCell, FusedMatchesComposed) {
 // Fast kernels against cpu::ref, f32 and f64, over awkward sizes (H not a
 // multiple of the vector width, many rows so the pool splits them).
 TEST(RnnCell, KernelsMatchReference) {
-  for (DType dt : {kF32, kF64})
-    for (auto [B, H] : {std::pair<int64_t, int64_t>{1, 1}, {7, 13}, {300, 33}}) {
-      auto r = [&](const Shape& s, uint64_t seed) { return leaf(s, seed, -4, 4).detach().to(dt); };
-      const double tol = dt == kF32 ? 2e-6 : 1e-13;
-      Tensor g = r({B, 4 * H}, 1), c = r({B, H}, 2), dh = r({B, H}, 3), dc = r({B, H}, 4);
-      Tensor h1 = Tensor::empty({B, H}, dt), c1 = Tensor::empty({B, H}, dt);
-      Tensor h2 = Tensor::empty({B, H}, dt), c2 = Tensor::empty({B, H}, dt);
-      cpu::lstm_cell(g, c, h1, c1);
-      cpu::ref::lstm_cell(g, c, h2, c2);
-      EXPECT_TRUE(all_close(h1, h2, tol, tol));
-      EXPECT_TRUE(all_close(c1, c2, tol, tol));
-      Tensor gg1 = Tensor::empty({B, 4 * H}, dt), gc1 = Tensor::empty({B, H}, dt);
-      Tensor gg2 = Tensor::empty({B, 4 * H}, dt), gc2 = Tensor::empty({B, H}, dt);
-      cpu::lstm_cell_backward(g, c, c1, dh, dc, gg1, gc1);
-      cpu::ref::lstm_cell_backward(g, c, c1, dh, dc, gg2, gc2);
-      EXPECT_TRUE(all_close(gg1, gg2, tol, tol));
-      EXPECT_TRUE(all_close(gc1, gc2, tol, tol));
-      Tensor gc3 = Tensor::empty({B, H}, dt);  // the c-only path
-      cpu::lstm_cell_backward(g, c, c1, dh, dc, Tensor(), gc3);
-      EXPECT_TRUE(all_close(gc3, gc2, tol, tol));
+  for_each_kernel_isa([&](KernelIsa) {
+    for (DType dt : {kF32, kF64})
+      for (auto [B, H] : {std::pair<int64_t, int64_t>{1, 1}, {7, 13}, {300, 33}}) {
+        auto r = [&](const Shape& s, uint64_t seed) { return leaf(s, seed, -4, 4).detach().to(dt); };
+        const double tol = dt == kF32 ? 2e-6 : 1e-13;
+        Tensor g = r({B, 4 * H}, 1), c = r({B, H}, 2), dh = r({B, H}, 3), dc = r({B, H}, 4);
+        Tensor h1 = Tensor::empty({B, H}, dt), c1 = Tensor::empty({B, H}, dt);
+        Tensor h2 = Tensor::empty({B, H}, dt), c2 = Tensor::empty({B, H}, dt);
+        cpu::lstm_cell(g, c, h1, c1);
+        cpu::ref::lstm_cell(g, c, h2, c2);
+        EXPECT_TRUE(all_close(h1, h2, tol, tol));
+        EXPECT_TRUE(all_close(c1, c2, tol, tol));
+        Tensor gg1 = Tensor::empty({B, 4 * H}, dt), gc1 = Tensor::empty({B, H}, dt);
+        Tensor gg2 = Tensor::empty({B, 4 * H}, dt), gc2 = Tensor::empty({B, H}, dt);
+        cpu::lstm_cell_backward(g, c, c1, dh, dc, gg1, gc1);
+        cpu::ref::lstm_cell_backward(g, c, c1, dh, dc, gg2, gc2);
+        EXPECT_TRUE(all_close(gg1, gg2, tol, tol));
+        EXPECT_TRUE(all_close(gc1, gc2, tol, tol));
+        Tensor gc3 = Tensor::empty({B, H}, dt);  // the c-only path
+        cpu::lstm_cell_backward(g, c, c1, dh, dc, Tensor(), gc3);
+        EXPECT_TRUE(all_close(gc3, gc2, tol, tol));
 
-      Tensor gi = r({B, 3 * H}, 5), gh = r({B, 3 * H}, 6), h = r({B, H}, 7);
-      Tensor o1 = Tensor::empty({B, H}, dt), o2 = Tensor::empty({B, H}, dt);
-      cpu::gru_cell(gi, gh, h, o1);
-      cpu::ref::gru_cell(gi, gh, h, o2);
-      EXPECT_TRUE(all_close(o1, o2, tol, tol));
-      Tensor a1 = Tensor::empty({B, 3 * H}, dt), b1 = Tensor::empty({B, 3 * H}, dt), e1 = Tensor::empty({B, H}, dt);
-      Tensor a2 = Tensor::empty({B, 3 * H}, dt), b2 = Tensor::empty({B, 3 * H}, dt), e2 = Tensor::empty({B, H}, dt);
-      cpu::gru_cell_backward(gi, gh, h, dh, a1, b1, e1);
-      cpu::ref::gru_cell_backward(gi, gh, h, dh, a2, b2, e2);
-      EXPECT_TRUE(all_close(a1, a2, tol, tol));
-      EXPECT_TRUE(all_close(b1, b2, tol, tol));
-      EXPECT_TRUE(all_close(e1, e2, tol, tol));
-      Tensor e3 = Tensor::empty({B, H}, dt);  // the h-only path
-      cpu::gru_cell_backward(gi, gh, h, dh, Tensor(), Tensor(), e3);
-      EXPECT_TRUE(all_close(e3, e2, tol, tol));
-    }
+        Tensor gi = r({B, 3 * H}, 5), gh = r({B, 3 * H}, 6), h = r({B, H}, 7);
+        Tensor o1 = Tensor::empty({B, H}, dt), o2 = Tensor::empty({B, H}, dt);
+        cpu::gru_cell(gi, gh, h, o1);
+        cpu::ref::gru_cell(gi, gh, h, o2);
+        EXPECT_TRUE(all_close(o1, o2, tol, tol));
+        Tensor a1 = Tensor::empty({B, 3 * H}, dt), b1 = Tensor::empty({B, 3 * H}, dt), e1 = Tensor::empty({B, H}, dt);
+        Tensor a2 = Tensor::empty({B, 3 * H}, dt), b2 = Tensor::empty({B, 3 * H}, dt), e2 = Tensor::empty({B, H}, dt);
+        cpu::gru_cell_backward(gi, gh, h, dh, a1, b1, e1);
+        cpu::ref::gru_cell_backward(gi, gh, h, dh, a2, b2, e2);
+        EXPECT_TRUE(all_close(a1, a2, tol, tol));
+        EXPECT_TRUE(all_close(b1, b2, tol, tol));
+        EXPECT_TRUE(all_close(e1, e2, tol, tol));
+        Tensor e3 = Tensor::empty({B, H}, dt);  // the h-only path
+        cpu::gru_cell_backward(gi, gh, h, dh, Tensor(), Tensor(), e3);
+        EXPECT_TRUE(all_close(e3, e2, tol, tol));
+      }
+  });
 }
 
 TEST(RnnCell, SameResultForAnyThreadCount) {

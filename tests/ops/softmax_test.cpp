@@ -54,31 +54,33 @@ Tensor strided(const Tensor& x) {
 }
 
 TEST(SoftmaxKernels, FastMatchesRef) {
-  const std::vector<Shape> shapes = {{7, 13, 5}, {64, 1000}, {3, 20001}, {2, 3, 17, 4}, {1}, {4, 0}, {}};
-  uint64_t seed = 0;
-  for (const Shape& s : shapes)
-    for (int64_t dim = 0; dim < std::max<int64_t>(int64_t(s.size()), 1); ++dim)
-      for (int layout = 0; layout < 3; ++layout)
-        for (DType t : {kF32, kF64, kBF16}) {
-          SCOPED_TRACE(fmt::format("shape {} dim {} layout {} dtype {}", to_string(s), dim, layout, name(t)));
-          Generator gen(++seed);
-          Tensor x = to(mul(randn(s, gen), 4.0), t);
-          if (layout == 1) x = noncontiguous(x);
-          if (layout == 2 && x.dim() > 0) x = strided(x);
-          const double tol = t == kBF16 ? 1e-2 : t == kF32 ? 2e-6 : 1e-13;
-          for (bool log : {false, true}) {
-            Tensor a = Tensor::empty(s, t), b = Tensor::empty(s, t);
-            cpu::softmax(x, dim, a, log);
-            cpu::ref::softmax(x, dim, b, log);
-            EXPECT_TRUE(all_close(a, b, tol, tol)) << (log ? "log_softmax" : "softmax");
+  for_each_kernel_isa([&](KernelIsa) {
+    const std::vector<Shape> shapes = {{7, 13, 5}, {64, 1000}, {3, 20001}, {2, 3, 17, 4}, {1}, {4, 0}, {}};
+    uint64_t seed = 0;
+    for (const Shape& s : shapes)
+      for (int64_t dim = 0; dim < std::max<int64_t>(int64_t(s.size()), 1); ++dim)
+        for (int layout = 0; layout < 3; ++layout)
+          for (DType t : {kF32, kF64, kBF16}) {
+            SCOPED_TRACE(fmt::format("shape {} dim {} layout {} dtype {}", to_string(s), dim, layout, name(t)));
+            Generator gen(++seed);
+            Tensor x = to(mul(randn(s, gen), 4.0), t);
+            if (layout == 1) x = noncontiguous(x);
+            if (layout == 2 && x.dim() > 0) x = strided(x);
+            const double tol = t == kBF16 ? 1e-2 : t == kF32 ? 2e-6 : 1e-13;
+            for (bool log : {false, true}) {
+              Tensor a = Tensor::empty(s, t), b = Tensor::empty(s, t);
+              cpu::softmax(x, dim, a, log);
+              cpu::ref::softmax(x, dim, b, log);
+              EXPECT_TRUE(all_close(a, b, tol, tol)) << (log ? "log_softmax" : "softmax");
+            }
+            Shape r = s;
+            if (!r.empty()) r.erase(size_t(dim));
+            Tensor a = Tensor::empty(r, t), b = Tensor::empty(r, t);
+            cpu::logsumexp(x, dim, a);
+            cpu::ref::logsumexp(x, dim, b);
+            EXPECT_TRUE(all_close(a, b, tol, tol)) << "logsumexp";
           }
-          Shape r = s;
-          if (!r.empty()) r.erase(size_t(dim));
-          Tensor a = Tensor::empty(r, t), b = Tensor::empty(r, t);
-          cpu::logsumexp(x, dim, a);
-          cpu::ref::logsumexp(x, dim, b);
-          EXPECT_TRUE(all_close(a, b, tol, tol)) << "logsumexp";
-        }
+  });
 }
 
 TEST(SoftmaxKernels, VectorExpMatchesStdExp) {

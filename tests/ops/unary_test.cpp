@@ -152,39 +152,43 @@ std::vector<std::pair<const char*, std::function<Tensor(DType, uint64_t)>>> layo
 }
 
 TEST(UnaryKernel, FastMatchesRefForEveryOp) {
-  for (int k = 0; k < cpu::kNumUnaryOps; ++k) {
-    auto op = cpu::UnaryOp(k);
-    cpu::OpParams p = op == cpu::UnaryOp::softplus ? cpu::OpParams{1.5, 2.0}
-                      : op == cpu::UnaryOp::leaky_relu ? cpu::OpParams{0.2, 0}
-                                                       : cpu::OpParams{};
-    for (DType t : {kF32, kF64, kBF16, kI64, kI32, kU8, kBool}) {
-      if (float_only(op) && !is_floating(t)) continue;
-      for (const auto& [lname, make] : layouts()) {
-        if (std::string(lname) == "large" && t != kF32) continue;  // chunking does not depend on dtype
-        Tensor x = make(t, 30 + k);
-        DType ot = cpu::is_predicate(op) ? kBool : t;
-        Tensor fast = empty(x.shape(), {.dtype = ot}), slow = empty(x.shape(), {.dtype = ot});
-        cpu::unary(op, fast, x, p);
-        cpu::ref::unary(op, slow, x, p);
-        EXPECT_TRUE(same_result(fast, slow)) << "unary op #" << k << " " << name(t) << " " << lname;
+  for_each_kernel_isa([&](KernelIsa) {
+    for (int k = 0; k < cpu::kNumUnaryOps; ++k) {
+      auto op = cpu::UnaryOp(k);
+      cpu::OpParams p = op == cpu::UnaryOp::softplus ? cpu::OpParams{1.5, 2.0}
+                        : op == cpu::UnaryOp::leaky_relu ? cpu::OpParams{0.2, 0}
+                                                         : cpu::OpParams{};
+      for (DType t : {kF32, kF64, kBF16, kI64, kI32, kU8, kBool}) {
+        if (float_only(op) && !is_floating(t)) continue;
+        for (const auto& [lname, make] : layouts()) {
+          if (std::string(lname) == "large" && t != kF32) continue;  // chunking does not depend on dtype
+          Tensor x = make(t, 30 + k);
+          DType ot = cpu::is_predicate(op) ? kBool : t;
+          Tensor fast = empty(x.shape(), {.dtype = ot}), slow = empty(x.shape(), {.dtype = ot});
+          cpu::unary(op, fast, x, p);
+          cpu::ref::unary(op, slow, x, p);
+          EXPECT_TRUE(same_result(fast, slow)) << "unary op #" << k << " " << name(t) << " " << lname;
+        }
       }
     }
-  }
+  });
 }
 
 TEST(UnaryKernel, ClampFastMatchesRef) {
-  for (DType t : {kF32, kF64, kBF16, kI64, kU8}) {
-    for (const auto& [lname, make] : layouts()) {
-      Tensor x = make(t, 3);
-      for (auto [lo, hi] : {std::pair<std::optional<Scalar>, std::optional<Scalar>>{-1, 2},
-                            {std::nullopt, 1}, {0, std::nullopt}, {3, -3}}) {
-        Tensor fast = empty(x.shape(), {.dtype = t}), slow = empty(x.shape(), {.dtype = t});
-        cpu::clamp(fast, x, lo, hi);
-        cpu::ref::clamp(slow, x, lo, hi);
-        EXPECT_TRUE(same_result(fast, slow)) << name(t) << " " << lname;
+  for_each_kernel_isa([&](KernelIsa) {
+    for (DType t : {kF32, kF64, kBF16, kI64, kU8}) {
+      for (const auto& [lname, make] : layouts()) {
+        Tensor x = make(t, 3);
+        for (auto [lo, hi] : {std::pair<std::optional<Scalar>, std::optional<Scalar>>{-1, 2},
+                              {std::nullopt, 1}, {0, std::nullopt}, {3, -3}}) {
+          Tensor fast = empty(x.shape(), {.dtype = t}), slow = empty(x.shape(), {.dtype = t});
+          cpu::clamp(fast, x, lo, hi);
+          cpu::ref::clamp(slow, x, lo, hi);
+          EXPECT_TRUE(same_result(fast, slow)) << name(t) << " " << lname;
+        }
       }
     }
-  }
+  });
 }
 
 // Distance in units in the last place between two floats.
@@ -239,31 +243,33 @@ TEST(UnaryKernel, VectorizedF32MathWithinAFewUlp) {
 }
 
 TEST(UnaryKernel, GeluBackwardF32SharesOneExpBitForBit) {
-  // The f32 GELU derivative computes e^(-x^2 / 2) once for Phi and phi
-  // (math::gelu_grad_f32); it must equal the two-exponential formula
-  // normal_cdf(x) + x exp(-0.5 x x) / sqrt(2 pi) bit for bit, including where
-  // erfc's exponent is clamped (|x| near 14.14) and at the special values.
-  std::vector<float> xs;
-  for (float x = -20.0f; x <= 20.0f; x += 0.000917f) xs.push_back(x);
-  for (float x = 14.0f; x <= 14.3f; x += 1e-5f) xs.push_back(-x), xs.push_back(x);
-  for (float x : {1e-40f, -3e-45f, 1e-19f, -1e-19f, FLT_MAX, -FLT_MAX, 0.0f, -0.0f, 0.84f, -0.84f, INFINITY, -INFINITY, NAN})
-    xs.push_back(x);
-  Tensor x = tensor<float>(xs).requires_grad_();
-  std::vector<float> gs(xs.size());
-  for (size_t i = 0; i < gs.size(); ++i) gs[i] = 0.5f + float(i % 7) * 0.25f;
-  gelu(x).backward(tensor<float>(gs));
-  auto got = x.grad().to_vector<float>();
-  int64_t bad = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const float v = xs[i];
-    const float cdf = cpu::math::normal_cdf_f32(v);
-    const float pdf = cpu::exp_f32(-0.5f * v * v) * float(0.39894228040143267794);
-    const float want = gs[i] * (cdf + v * pdf);
-    if (std::memcmp(&got[i], &want, 4) != 0 && !(std::isnan(got[i]) && std::isnan(want))) {
-      if (bad++ < 3) ADD_FAILURE() << "x = " << v << ": " << got[i] << " vs " << want;
+  for_each_kernel_isa([&](KernelIsa) {
+    // The f32 GELU derivative computes e^(-x^2 / 2) once for Phi and phi
+    // (math::gelu_grad_f32); it must equal the two-exponential formula
+    // normal_cdf(x) + x exp(-0.5 x x) / sqrt(2 pi) bit for bit, including where
+    // erfc's exponent is clamped (|x| near 14.14) and at the special values.
+    std::vector<float> xs;
+    for (float x = -20.0f; x <= 20.0f; x += 0.000917f) xs.push_back(x);
+    for (float x = 14.0f; x <= 14.3f; x += 1e-5f) xs.push_back(-x), xs.push_back(x);
+    for (float x : {1e-40f, -3e-45f, 1e-19f, -1e-19f, FLT_MAX, -FLT_MAX, 0.0f, -0.0f, 0.84f, -0.84f, INFINITY, -INFINITY, NAN})
+      xs.push_back(x);
+    Tensor x = tensor<float>(xs).requires_grad_();
+    std::vector<float> gs(xs.size());
+    for (size_t i = 0; i < gs.size(); ++i) gs[i] = 0.5f + float(i % 7) * 0.25f;
+    gelu(x).backward(tensor<float>(gs));
+    auto got = x.grad().to_vector<float>();
+    int64_t bad = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const float v = xs[i];
+      const float cdf = cpu::math::normal_cdf_f32(v);
+      const float pdf = cpu::exp_f32(-0.5f * v * v) * float(0.39894228040143267794);
+      const float want = gs[i] * (cdf + v * pdf);
+      if (std::memcmp(&got[i], &want, 4) != 0 && !(std::isnan(got[i]) && std::isnan(want))) {
+        if (bad++ < 3) ADD_FAILURE() << "x = " << v << ": " << got[i] << " vs " << want;
+      }
     }
-  }
-  EXPECT_EQ(bad, 0);
+    EXPECT_EQ(bad, 0);
+  });
 }
 
 // ---------------------------------------------------------------------------

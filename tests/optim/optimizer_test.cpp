@@ -65,22 +65,24 @@ Replay start(const nlohmann::json& c) {
 class Trajectory : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Trajectory, MatchesPyTorchOver50Steps) {
-  const nlohmann::json& c = golden("optim_trajectories")[GetParam()];
-  Replay r = start(c);
-  Tensor grads = golden_tensor(c["grads"]), params = golden_tensor(c["params"]);
-  std::vector<int> checkpoints = c["checkpoints"];
-  // Muon's Newton-Schulz matmuls round differently from PyTorch's.
-  double rtol = c["optimizer"] == "Muon" ? 1e-5 : 1e-6;
-  size_t next = 0;
-  for (int step = 1; step <= int(grads.size(0)); ++step) {
-    r.opt->step(split_row(r.model, grads.select(0, step - 1)));
-    if (next < checkpoints.size() && checkpoints[next] == step) {
-      EXPECT_TRUE(all_close(r.model.flat(), params.select(0, int64_t(next)), rtol, 1e-7)) << "after step " << step;
-      ++next;
+  for_each_kernel_isa([&](KernelIsa) {
+    const nlohmann::json& c = golden("optim_trajectories")[GetParam()];
+    Replay r = start(c);
+    Tensor grads = golden_tensor(c["grads"]), params = golden_tensor(c["params"]);
+    std::vector<int> checkpoints = c["checkpoints"];
+    // Muon's Newton-Schulz matmuls round differently from PyTorch's.
+    double rtol = c["optimizer"] == "Muon" ? 1e-5 : 1e-6;
+    size_t next = 0;
+    for (int step = 1; step <= int(grads.size(0)); ++step) {
+      r.opt->step(split_row(r.model, grads.select(0, step - 1)));
+      if (next < checkpoints.size() && checkpoints[next] == step) {
+        EXPECT_TRUE(all_close(r.model.flat(), params.select(0, int64_t(next)), rtol, 1e-7)) << "after step " << step;
+        ++next;
+      }
     }
-  }
-  EXPECT_EQ(next, checkpoints.size());
-  EXPECT_EQ(r.opt->step_count(), 50);
+    EXPECT_EQ(next, checkpoints.size());
+    EXPECT_EQ(r.opt->step_count(), 50);
+  });
 }
 
 // End to end: kiln computes its own gradients on the same batch, so its

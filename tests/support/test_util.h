@@ -48,6 +48,27 @@ inline std::vector<std::string> state_dict_keys(const nn::Module& m) {
   return out;
 }
 
+/// Runs body once per kernel ISA this build and CPU can run (avx2 always,
+/// avx512 where available: NOTE [Per-ISA kernels] in CMakeLists.txt), with
+/// that ISA selected and a SCOPED_TRACE naming it; the previous choice is
+/// restored afterwards. Kernel tests use it so that an AVX-512 machine checks
+/// both copies of each per-ISA kernel.
+inline void for_each_kernel_isa(const std::function<void(KernelIsa)>& body) {
+  const KernelIsa saved = cpu_info().kernel_isa;
+  std::vector<KernelIsa> isas{KernelIsa::avx2};
+  try {
+    detail::set_kernel_isa(KernelIsa::avx512);
+    isas.push_back(KernelIsa::avx512);
+  } catch (const Error&) {  // no AVX-512 here: the AVX2 copy is the only one
+  }
+  for (KernelIsa isa : isas) {
+    SCOPED_TRACE(std::string("kernel isa ") + name(isa));
+    detail::set_kernel_isa(isa);
+    body(isa);
+  }
+  detail::set_kernel_isa(saved);
+}
+
 /// The same values in a non-contiguous layout (a transposed copy viewed back).
 Tensor noncontiguous(const Tensor& x);
 /// Random f64 leaf with requires_grad for gradchecks, values in [lo, hi).

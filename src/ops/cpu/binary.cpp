@@ -1,7 +1,8 @@
-// CPU binary kernels (arithmetic, comparisons, fused vjps), their scalar
-// forms, and where.
+// CPU binary kernels, their scalar forms, and where: the copy for the CPU's
+// vector ISA (src/ops/cpu/isa/binary.cpp); and the helpers they share.
 #include "src/ops/cpu/copy.h"
 #include "src/ops/cpu/elementwise_kernels.h"
+#include "src/ops/cpu/isa/elementwise.h"
 
 namespace kiln::cpu {
 
@@ -19,15 +20,15 @@ Tensor convert(const Tensor& x, DType t) {
 }
 
 void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, OpParams p) {
-  binary_kernel<FastLoops>(op, out, a, b, p);
+  KILN_ISA_CALL(binary, op, out, a, b, p);
 }
 
 void binary_scalar(BinaryOp op, const Tensor& out, const Tensor& a, Scalar s, bool reversed, OpParams p) {
-  binary_scalar_kernel<FastLoops>(op, out, a, s, reversed, p);
+  KILN_ISA_CALL(binary_scalar, op, out, a, s, reversed, p);
 }
 
 void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
-  where_kernel<FastLoops>(out, cond, a, b);
+  KILN_ISA_CALL(where, out, cond, a, b);
 }
 
 void where_scalar(const Tensor& out, const Tensor& cond, const Tensor& x, Scalar s, bool scalar_if_true) {

@@ -1,7 +1,7 @@
 // The elementwise kernels, written once over a loop policy: FastLoops (the
 // loops of elementwise_loops.h) for the kernels the ops call, RefLoops (their
-// ref:: twins) for the oracle the tests compare them with. binary.cpp,
-// unary.cpp and elementwise_ref.cpp instantiate them.
+// ref:: twins) for the oracle the tests compare them with. isa/unary.cpp,
+// isa/binary.cpp (once per kernel ISA) and elementwise_ref.cpp instantiate them.
 #pragma once
 
 #include <memory>
@@ -12,14 +12,19 @@
 
 namespace kiln::cpu {
 
+/// Tag: a type of the per-ISA file's own (src/ops/cpu/isa/), so that each
+/// copy instantiates its own loops.
+template <class Tag>
 struct FastLoops {
   template <class O, class A, class F>
-  static void unary(const Tensor& out, const Tensor& x, const F& f) { unary_loop<O, A>(out, x, f); }
+  static void unary(const Tensor& out, const Tensor& x, const F& f) { unary_loop<O, A, F, Tag>(out, x, f); }
   template <class O, class A, class B, class F>
-  static void binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) { binary_loop<O, A, B>(out, a, b, f); }
+  static void binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
+    binary_loop<O, A, B, F, Tag>(out, a, b, f);
+  }
   template <class O, class A, class B, class C, class F>
   static void ternary(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, const F& f) {
-    ternary_loop<O, A, B, C>(out, a, b, c, f);
+    ternary_loop<O, A, B, C, F, Tag>(out, a, b, c, f);
   }
 };
 

@@ -45,8 +45,12 @@ inline T& at(char* p, int64_t j, int64_t s) {
 
 }  // namespace detail
 
+// Tag (unused) gives each per-ISA copy of the kernels its own instantiations
+// (NOTE [Per-ISA kernels] in CMakeLists.txt): with one symbol for both copies
+// the linker would keep one copy's loops for both.
+
 /// out[i] = O(f(acc(x[i]))); x broadcasts to out.
-template <class O, class A, class F>
+template <class O, class A, class F, class Tag = void>
 void unary_loop(const Tensor& out, const Tensor& x, const F& f) {
   using CA = acc_t<A>;
   auto run = [&f](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) KILN_FLATTEN {
@@ -72,7 +76,7 @@ void unary_loop(const Tensor& out, const Tensor& x, const F& f) {
 }
 
 /// out[i] = O(f(acc(a[i]), acc(b[i]))); a and b broadcast to out.
-template <class O, class A, class B, class F>
+template <class O, class A, class B, class F, class Tag = void>
 void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
   using CA = acc_t<A>;
   using CB = acc_t<B>;
@@ -104,7 +108,7 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const F& f
 }
 
 /// out[i] = O(f(acc(a[i]), acc(b[i]), acc(c[i]))); all broadcast to out.
-template <class O, class A, class B, class C, class F>
+template <class O, class A, class B, class C, class F, class Tag = void>
 void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, const F& f) {
   auto run = [&f](std::array<char*, 4> p, std::array<int64_t, 4> s, int64_t n) KILN_FLATTEN {
     if (s[0] == sizeof(O) && s[1] == sizeof(A) && s[2] == sizeof(B) && s[3] == sizeof(C)) {

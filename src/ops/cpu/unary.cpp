@@ -1,12 +1,13 @@
-// CPU unary kernels (math, activations, predicates) and clamp.
-#include "src/ops/cpu/elementwise_kernels.h"
+// CPU unary kernels and clamp: the copy for the CPU's vector ISA
+// (src/ops/cpu/isa/unary.cpp).
+#include "src/ops/cpu/isa/elementwise.h"
 
 namespace kiln::cpu {
 
-void unary(UnaryOp op, const Tensor& out, const Tensor& x, OpParams p) { unary_kernel<FastLoops>(op, out, x, p); }
+void unary(UnaryOp op, const Tensor& out, const Tensor& x, OpParams p) { KILN_ISA_CALL(unary, op, out, x, p); }
 
 void clamp(const Tensor& out, const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
-  clamp_kernel<FastLoops>(out, x, lo, hi);
+  KILN_ISA_CALL(clamp, out, x, lo, hi);
 }
 
 }  // namespace kiln::cpu
