@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "kiln/core/cpu_info.h"
 #include "kiln/kiln.h"
 
 double fma_peak_gflops(int threads, int64_t iters);  // fma_probe.cpp
@@ -141,7 +142,10 @@ int main(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg == "--reps" && i + 1 < argc) g_reps = std::max(1, std::atoi(argv[++i]));
     else if (arg == "--list") list = true;
-    else filters.push_back(arg);
+    else if (arg == "--cpu-info") {
+      std::printf("%s\n", kiln::cpu_info().summary().c_str());  // the machine and kiln's kernel choices
+      return 0;
+    } else filters.push_back(arg);
   }
   const std::vector<Bench> all = all_benches();
   for (const Bench& b : all) {
