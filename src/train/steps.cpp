@@ -1,5 +1,7 @@
 #include "kiln/train/steps.h"
 
+#include <cmath>
+
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
@@ -10,10 +12,15 @@
 
 namespace kiln::train {
 
-void update(const Tensor& loss, optim::Optimizer& opt) {
+bool update(const Tensor& loss, optim::Optimizer& opt) {
+  if (!std::isfinite(loss.item<double>())) {
+    opt.zero_grad();
+    return false;
+  }
   loss.backward();
   opt.step();
   opt.zero_grad();
+  return true;
 }
 
 namespace {
