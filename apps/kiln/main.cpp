@@ -110,6 +110,11 @@ void add_overwrite(CLI::App* sub, bool& overwrite) {
 
 int exit_status(int signal) { return signal == 0 ? 0 : 128 + signal; }
 
+// An explicit `--out ""` is a mistake, not a request for the job's default folder.
+void check_out(const CLI::App* sub, const std::string& op, const std::string& out) {
+  KILN_CHECK(sub->count("--out") == 0 || !out.empty(), op, "--out must name a folder, got ''");
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"kiln: train models with the kiln C++ deep-learning framework"};
   app.require_subcommand(1);
@@ -251,12 +256,14 @@ int run(int argc, char** argv) {
     return exit_status(kiln::app::train_lm(l).signal);
   }
   if (ppo->parsed()) {
+    check_out(ppo, "kiln rl ppo", ppo_o.out);
     ppo_o.overrides = override_list(ppo, ppo_override);
     clamp_threads(ppo_o.threads);
     return exit_status(kiln::app::run_ppo(ppo_o).signal);
   }
   for (auto [sub, op] : {std::pair{offpolicy[0], &dqn_o}, std::pair{offpolicy[1], &sac_o}}) {
     if (!sub->parsed()) continue;
+    check_out(sub, "kiln rl " + op->algo, op->out);
     clamp_threads(op->threads);
     return exit_status(kiln::app::run_offpolicy(*op).signal);
   }
