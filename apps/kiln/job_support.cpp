@@ -13,9 +13,9 @@ train::OnNan parse_on_nan(const std::string& op, const std::string& value) {
 
 void fail_on_nan(const std::string& op, const train::NonFiniteLoss& e, const std::string& last_checkpoint) {
   KILN_FAIL(op,
-            "loss {} at step {} (epoch {}): training stopped there, and no checkpoint of it was written; the last "
-            "good checkpoint is {} (--on-nan skip skips such steps instead; a lower --lr may avoid them)",
-            e.loss(), e.step(), e.epoch() + 1,
+            "non-finite {} at step {} (epoch {}): training stopped there, and no checkpoint of it was written; the "
+            "last good checkpoint is {} (--on-nan skip skips such steps instead; a lower --lr may avoid them)",
+            e.what_was_not_finite(), e.step(), e.epoch() + 1,
             last_checkpoint.empty() ? std::string("none (the run had not saved one yet)") : last_checkpoint);
 }
 

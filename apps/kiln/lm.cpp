@@ -34,6 +34,7 @@
 #include "kiln/train/callbacks/summary.h"
 #include "kiln/train/callbacks/validation.h"
 #include "kiln/train/signal_guard.h"
+#include "kiln/train/steps.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::app {
@@ -93,10 +94,12 @@ class LmTask : public train::Task {
     // skips the step (--on-nan) with the parameters as they were.
     if (!std::isfinite(value)) return {value, b.size(), -1};
     loss.backward();
-    if (grad_clip_ > 0) optim::clip_grad_norm_(params_, grad_clip_);
-    optimizer().step();
+    // Nor are gradients that overflowed (clip_grad_norm_'s norm is then inf or NaN).
+    const bool finite = grad_clip_ > 0 ? std::isfinite(optim::clip_grad_norm_(params_, grad_clip_))
+                                       : train::grads_finite(optimizer());
+    if (finite) optimizer().step();
     optimizer().zero_grad();
-    return {value, b.size(), -1};
+    return {value, b.size(), -1, finite};
   }
   // Called in eval mode under NoGradGuard (Validation).
   train::StepResult validation_step(const data::Batch& b) override {

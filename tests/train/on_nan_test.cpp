@@ -1,7 +1,7 @@
 // A non-finite loss (issue 23, item 5): by default fit() stops at it with
 // NonFiniteLoss before any callback sees the step, so no checkpoint of it is
 // written; OnNan::skip counts the step but keeps it out of the epoch's means;
-// train::update() never applies such a loss.
+// train::update() never applies such a loss, nor non-finite gradients.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -84,6 +84,10 @@ TEST(OnNan, UpdateNeverAppliesANonFiniteLoss) {
     Tensor loss = sum(run.model(x)) * bad;
     EXPECT_FALSE(update(loss, run.optimizer)) << bad;
   }
+  // A finite loss (0) whose gradients are not (d sqrt(u) / du at 0 is inf, times 0).
+  Tensor zero = sum(sqrt(run.model(x) * 0.0));
+  ASSERT_EQ(zero.item<double>(), 0.0);
+  EXPECT_FALSE(update(zero, run.optimizer));
   const auto after = run.weights();
   for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(testing::equal(after[i].second, before[i].second));
   Tensor loss = sum(run.model(x));

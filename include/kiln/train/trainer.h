@@ -41,7 +41,8 @@ enum class RunState { idle, running, paused, stopping, completed, failed };
 /// "idle", "running", "paused", "stopping", "completed", "failed".
 const char* to_string(RunState state);
 
-/// What fit() does with a step whose loss is NaN or infinite.
+/// What fit() does with a step whose loss is NaN or infinite (or whose
+/// gradients were, StepResult::applied false).
 ///   stop: end the run with NonFiniteLoss before the step is counted (Keras'
 ///         TerminateOnNaN, on by default): no callback sees the step, so no
 ///         checkpoint of it is written, and the run ends as failed.
@@ -52,11 +53,14 @@ const char* to_string(RunState state);
 ///         kiln jobs' steps check the loss before backward.
 enum class OnNan { stop, skip };
 
-/// Thrown by fit() under OnNan::stop.
+/// Thrown by fit() under OnNan::stop: the step's loss was NaN or infinite,
+/// or (finite loss) its gradients were and the step did not apply them.
 class NonFiniteLoss : public Error {
  public:
   /// step: the 1-based global step whose loss was `loss`; epoch: 0-based.
   NonFiniteLoss(double loss, int64_t step, int64_t epoch);
+  /// What was not finite, e.g. "loss nan" or "gradients (loss 3.2e+30)".
+  std::string what_was_not_finite() const;
   double loss() const { return loss_; }
   int64_t step() const { return step_; }
   int64_t epoch() const { return epoch_; }
