@@ -201,5 +201,34 @@ TEST(Cli, ASecondSignalExitsAtOnce) {
   EXPECT_EQ(p.wait(), 143) << p.err();
 }
 
+TEST(Cli, RlJobsStopOnASignalWithACheckpoint) {
+  const std::string dir = kiln::testing::fresh_dir();
+  // PPO: after the iteration in progress.
+  const std::string ppo_out = dir + "/ppo";
+  kiln::testing::CliProcess ppo = kiln::testing::start_cli(
+      {"rl", "ppo", "cartpole", "--total-steps", "100000000", "--eval-every", "0", "--out", ppo_out}, dir, "ppo");
+  // Its stdout (a file, so block-buffered) reaches the disk after a few dozen iterations.
+  ASSERT_TRUE(kiln::testing::wait_until([&] { return !ppo.out().empty(); }, 120)) << ppo.err();
+  kill(ppo.pid, SIGTERM);
+  EXPECT_EQ(ppo.wait(), 143) << ppo.err();
+  io::CheckpointManager ppo_ckpts(ppo_out + "/checkpoints");
+  ASSERT_TRUE(ppo_ckpts.latest().has_value());
+  EXPECT_NE(ppo.out().find("stopped by SIGTERM at iteration"), std::string::npos) << ppo.out();
+
+  // DQN: within 250 environment steps, between two evaluations.
+  const std::string dqn_out = dir + "/dqn";
+  kiln::testing::CliProcess dqn = kiln::testing::start_cli(
+      {"rl", "dqn", "cartpole", "--total-steps", "100000000", "--eval-every", "1000000", "--eval-episodes", "1",
+       "--out", dqn_out},
+      dir, "dqn");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  kill(dqn.pid, SIGINT);
+  EXPECT_EQ(dqn.wait(), 130) << dqn.err();
+  io::CheckpointManager dqn_ckpts(dqn_out + "/checkpoints");
+  ASSERT_TRUE(dqn_ckpts.latest().has_value());
+  EXPECT_EQ(dqn_ckpts.entries().back().step % 250, 0);
+  EXPECT_NE(dqn.out().find("stopped by SIGINT at step"), std::string::npos) << dqn.out();
+}
+
 }  // namespace
 }  // namespace kiln::app

@@ -199,6 +199,10 @@ TEST(HardenedJobs, GenerateRefusesADivergedCheckpointAndBadOptionsBeforePrinting
                          .out = dir + "/run", .log = &log, .tty = false});
   EXPECT_KILN_ERROR(train_lm({.data = dir + "/text.txt", .out = dir + "/run", .log = &log}), "holds a previous run");
   EXPECT_KILN_ERROR(train_lm({.data = dir, .out = dir + "/other", .log = &log}), "--data " + dir + " is a folder");
+  // A device that never ends stops at the limit (it read 23.5 GB before).
+  EXPECT_KILN_ERROR(train_lm({.data = "/dev/zero", .out = dir + "/other", .log = &log}),
+                    "--data /dev/zero is longer than 268435456 bytes (256 MiB)");
+  EXPECT_FALSE(fs::exists(dir + "/other"));
 
   // The checkpoint with one weight turned NaN, as a diverged run would leave it.
   LanguageModel lm = load_lm(r.checkpoint);
