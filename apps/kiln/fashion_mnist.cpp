@@ -69,6 +69,8 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   KILN_CHECK(o.limit >= 0 && o.test_limit >= 0, kOp, "--limit and --test-limit must be non-negative");
   const train::OnNan on_nan = parse_on_nan(kOp, o.on_nan);
   RunFolder::check_path(kOp, o.out);
+  KILN_CHECK(o.data.empty() || !std::filesystem::exists(o.data) || std::filesystem::is_directory(o.data), kOp,
+             "--data {} is a file: give the folder that holds the IDX files (train-images-idx3-ubyte.gz, ...)", o.data);
   if (o.threads > 0) set_num_threads(o.threads);
   std::ostream& log = o.log ? *o.log : std::cout;
   const int64_t epochs = o.epochs > 0 ? o.epochs : default_epochs(o.model);
