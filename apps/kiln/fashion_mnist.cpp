@@ -3,8 +3,15 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "apps/kiln/job_support.h"
+#include "apps/kiln/resume_check.h"
+#include "apps/kiln/run_folder.h"
 
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
@@ -19,8 +26,10 @@
 #include "kiln/train/callbacks/csv_logger.h"
 #include "kiln/train/callbacks/lr_scheduler.h"
 #include "kiln/train/callbacks/progress_bar.h"
+#include "kiln/train/callbacks/stop_on_signal.h"
 #include "kiln/train/callbacks/summary.h"
 #include "kiln/train/callbacks/validation.h"
+#include "kiln/train/signal_guard.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::app {
@@ -35,10 +44,14 @@ std::shared_ptr<const data::Dataset> load_split(const FashionMnistOptions& o, bo
                                               data::FashionMNISTOptions{.limit = train ? o.limit : o.test_limit});
 }
 
-std::string config_json(const FashionMnistOptions& o, int64_t epochs) {
-  return fmt::format(R"({{"job":"fashion-mnist","model":"{}","epochs":{},"batch_size":{},"lr":{},)"
-                     R"("weight_decay":{},"seed":{},"limit":{},"test_limit":{}}})",
-                     o.model, epochs, o.batch_size, o.lr, o.weight_decay, o.seed, o.limit, o.test_limit);
+using nlohmann::json;
+
+// What a resume must agree with (--epochs may change: a longer run stretches
+// the schedule, docs/training.md). batch_size is the one the run uses.
+json hyper_parameters(const FashionMnistOptions& o, int64_t batch_size) {
+  return {{"model", o.model},   {"batch_size", batch_size}, {"lr", o.lr},
+          {"weight_decay", o.weight_decay}, {"seed", o.seed},   {"limit", o.limit},
+          {"test_limit", o.test_limit}};
 }
 
 }  // namespace
@@ -47,20 +60,62 @@ int64_t default_epochs(const std::string& model) { return model == "mlp" ? 20 : 
 
 FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   KILN_CHECK(o.model == "cnn" || o.model == "mlp", kOp, "--model must be cnn or mlp, got '{}'", o.model);
-  KILN_CHECK(o.epochs >= 0, kOp, "--epochs must be positive, got {}", o.epochs);
+  KILN_CHECK(o.epochs >= 0 && o.epochs <= 1'000'000, kOp, "--epochs must be in [1, 1000000], got {}", o.epochs);
   KILN_CHECK(o.batch_size > 0, kOp, "--batch-size must be positive, got {}", o.batch_size);
-  KILN_CHECK(o.lr > 0, kOp, "--lr must be positive, got {}", o.lr);
+  KILN_CHECK(o.lr > 0 && std::isfinite(o.lr), kOp, "--lr must be a finite number in (0, inf), got {}", o.lr);
+  KILN_CHECK(o.weight_decay >= 0 && std::isfinite(o.weight_decay), kOp,
+             "--weight-decay must be a finite number in [0, inf), got {}", o.weight_decay);
   KILN_CHECK(o.threads >= 0, kOp, "--threads must be non-negative, got {}", o.threads);
   KILN_CHECK(o.limit >= 0 && o.test_limit >= 0, kOp, "--limit and --test-limit must be non-negative");
+  const train::OnNan on_nan = parse_on_nan(kOp, o.on_nan);
+  RunFolder::check_path(kOp, o.out);
+  KILN_CHECK(o.data.empty() || !std::filesystem::exists(o.data) || std::filesystem::is_directory(o.data), kOp,
+             "--data {} is a file: give the folder that holds the IDX files (train-images-idx3-ubyte.gz, ...)", o.data);
   if (o.threads > 0) set_num_threads(o.threads);
   std::ostream& log = o.log ? *o.log : std::cout;
   const int64_t epochs = o.epochs > 0 ? o.epochs : default_epochs(o.model);
 
+  // The data first: a missing data set is reported before --out is touched.
   auto train_set = load_split(o, true);
   auto test_set = load_split(o, false);
-  data::DataLoader train_loader(train_set, {.batch_size = o.batch_size, .shuffle = true, .seed = o.seed});
+  // Locked for the whole run; refuses a folder holding another run unless
+  // resuming or overwriting it.
+  RunFolder folder(kOp, o.out, {.resume = !o.resume.empty(), .overwrite = o.overwrite});
+  const std::string csv = (folder.path() / "metrics.csv").string();
+  const std::string ckpt_dir = (folder.path() / "checkpoints").string();
+  std::string resume = o.resume;
+  if (resume == "latest") {
+    std::filesystem::path dir(ckpt_dir);
+    KILN_CHECK(std::filesystem::is_directory(dir), kOp, "--resume latest: no checkpoint in {}", ckpt_dir);
+    io::CheckpointManager manager(ckpt_dir);
+    KILN_CHECK(manager.latest().has_value(), kOp, "--resume latest: no checkpoint in {}", ckpt_dir);
+    resume = *manager.latest();
+  }
+
+  // Batch buffers hold what a batch can: never more rows than the split has.
+  const int64_t batch_size = std::min(o.batch_size, train_set->size());
+  if (batch_size < o.batch_size)
+    fmt::print(log, "--batch-size {} is more than the {} training images: using batches of {}\n", o.batch_size,
+               train_set->size(), batch_size);
+  data::DataLoader train_loader(train_set, {.batch_size = batch_size, .shuffle = true, .seed = o.seed});
   auto test_loader = std::make_shared<data::DataLoader>(
-      test_set, data::DataLoaderOptions{.batch_size = 500, .shuffle = false, .prefetch = 1});
+      test_set, data::DataLoaderOptions{.batch_size = std::clamp<int64_t>(test_set->size(), 1, 500),
+                                        .shuffle = false, .prefetch = 1});
+
+  // The hyper-parameters of the run, compared on resume (--override records a change).
+  json config = hyper_parameters(o, batch_size);
+  json overrides = json::array();
+  if (!resume.empty()) {
+    io::CheckpointInfo info = io::read_checkpoint_info(resume);
+    json saved = json::parse(info.config, nullptr, /*allow_exceptions=*/false);
+    KILN_CHECK(saved.is_object() && saved.value("job", "") == "fashion-mnist", kOp,
+               "--resume {}: not a checkpoint of `kiln train fashion-mnist`", resume);
+    overrides = check_resume(kOp, resume, saved, config, o.overrides, saved.value("overrides", json()),
+                             info.progress.global_step, log);
+  }
+  config["job"] = "fashion-mnist";
+  config["epochs"] = epochs;
+  if (!overrides.empty()) config["overrides"] = overrides;
 
   Rngs rngs{{"params", o.seed}, {"dropout", o.seed + 1}};
   nn::Shared<nn::Sequential> model = o.model == "cnn" ? models::image_cnn(rngs) : models::image_mlp(rngs);
@@ -69,22 +124,8 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   auto schedule = std::make_shared<optim::CosineScheduler>(
       optim::CosineOptions{.max_lr = o.lr, .min_lr = o.lr / 100, .total_steps = epochs * train_loader.size()});
 
-  std::filesystem::create_directories(o.out);
-  const std::string csv = (std::filesystem::path(o.out) / "metrics.csv").string();
-  const std::string ckpt_dir = (std::filesystem::path(o.out) / "checkpoints").string();
-  std::string resume = o.resume;
-  if (resume == "latest") {
-    io::CheckpointManager manager(ckpt_dir);
-    KILN_CHECK(manager.latest().has_value(), kOp, "--resume latest: no checkpoint in {}", ckpt_dir);
-    resume = *manager.latest();
-  }
-  if (!resume.empty()) {
-    fmt::print(log, "resuming from {}\n", resume);
-  } else if (std::filesystem::exists(ckpt_dir)) {
-    // A new run in this folder replaces the previous one (its log is
-    // truncated too); --resume continues it instead.
-    std::filesystem::remove_all(ckpt_dir);
-  }
+  if (!resume.empty()) fmt::print(log, "resuming from {}\n", resume);
+  folder.start(log);  // a new run: the previous one (--overwrite) moves aside
   // The test split validates each epoch; the best epoch is marked but not
   // restored, so the reported accuracy is the last epoch's, not one picked on
   // the test set.
@@ -92,6 +133,7 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
       ckpt_dir, train::CheckpointCallbackOptions{.monitor = "val/loss", .restore_best = false});
   auto validation = std::make_shared<train::Validation>(test_loader);
   std::vector<std::shared_ptr<train::Callback>> callbacks = {
+      std::make_shared<train::StopOnSignal>(),  // first: a signal stops the run after the step
       std::make_shared<train::LRSchedulerCallback>(schedule),
       // Before the bar: the epoch's line then carries its val/loss and val/accuracy.
       validation,
@@ -99,16 +141,22 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
       std::make_shared<train::CsvLogger>(
           csv, train::CsvLoggerOptions{.append = false, .log_keys = {"val/loss", "val/accuracy"}}),
       std::make_shared<train::Summary>(),
-      checkpoints,  // last: its checkpoints hold the other callbacks' epoch-end state
+      checkpoints,  // its checkpoints hold the other callbacks' epoch-end state
+      std::make_shared<ReleasePreviousRun>(folder, checkpoints),
   };
-  train::Trainer trainer(epochs, callbacks, {.out = &log, .tty = o.tty, .config = config_json(o, epochs)});
+  train::Trainer trainer(epochs, callbacks,
+                         {.out = &log, .tty = o.tty, .config = config.dump(), .on_nan = on_nan});
 
   fmt::print(log, "{}: {} parameters · {} train / {} test images · batch {} · {} epoch{} · {} thread{}\n", o.model,
-             model->num_parameters(), train_set->size(), test_set->size(), o.batch_size, epochs, epochs == 1 ? "" : "s",
+             model->num_parameters(), train_set->size(), test_set->size(), batch_size, epochs, epochs == 1 ? "" : "s",
              get_num_threads(), get_num_threads() == 1 ? "" : "s");
 
-  trainer.fit(task, train_loader, resume);
-
+  train::SignalGuard signals;  // SIGINT/SIGTERM: finish the step, save, exit 130/143
+  try {
+    trainer.fit(task, train_loader, resume);
+  } catch (const train::NonFiniteLoss& e) {
+    fail_on_nan(kOp, e, checkpoints->latest());
+  }
   // The test accuracy of the weights training ended with: Validation's last
   // evaluation (after the last epoch, or at train end for a run stopped
   // mid-epoch; restored from the checkpoint when nothing was left to train).
@@ -120,6 +168,10 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   result.train_seconds = trainer.elapsed();
   result.checkpoint = checkpoints->latest();
   result.csv = csv;
+  result.signal = train::SignalGuard::received();
+  if (result.signal != 0)
+    fmt::print(log, "stopped by {} at step {}: resume with --resume (from {})\n",
+               train::SignalGuard::name(result.signal), trainer.progress().global_step, result.checkpoint);
   fmt::print(log, "test accuracy: {:.4f} · loss {:.4f} ({} images)\n", result.test_accuracy, result.test_loss,
              test.count);
   fmt::print(log, "wrote {} and {}\n", csv, result.checkpoint);

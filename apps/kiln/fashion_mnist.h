@@ -8,6 +8,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kiln::app {
 
@@ -22,6 +23,9 @@ struct FashionMnistOptions {
   std::string out = "runs/fashion-mnist";  // metrics.csv and checkpoints/ go here
   std::string data = "";         // folder of the IDX files; "": data::FashionMNIST's default
   std::string resume = "";       // "": a new run; "latest": the newest checkpoint in out; else a path
+  bool overwrite = false;        // a new run may replace the run in out (moved aside until its first checkpoint)
+  std::vector<std::string> overrides = {};  // hyper-parameters a resume may change ("lr", ...; "all": any)
+  std::string on_nan = "stop";   // a NaN or infinite loss: "stop" the run (no checkpoint of it) or "skip" the step
   int64_t limit = 0;          // use only the first `limit` training images (0: all 60000)
   int64_t test_limit = 0;     // and the first `test_limit` test images (0: all 10000)
   std::ostream* log = nullptr;    // where output goes; nullptr: std::cout
@@ -35,13 +39,16 @@ struct FashionMnistResult {
   double train_seconds = 0;    // this process's training time, validation excluded
   std::string checkpoint;      // the newest checkpoint
   std::string csv;             // the per-step log
+  int signal = 0;              // the SIGINT or SIGTERM that stopped the run early; 0: none
 };
 
 /// 10 for the CNN, 20 for the MLP.
 int64_t default_epochs(const std::string& model);
 
-/// Runs the job; kiln::Error on bad options, missing data or a checkpoint that
-/// does not match.
+/// Runs the job; kiln::Error on bad options, missing data, a folder holding
+/// another run (without resume or overwrite), a checkpoint that does not
+/// match, or a non-finite loss (on_nan "stop"). SIGINT and SIGTERM end it
+/// after the current step with a checkpoint (result.signal says which).
 FashionMnistResult train_fashion_mnist(const FashionMnistOptions& options);
 
 }  // namespace kiln::app

@@ -1,5 +1,6 @@
 #include "apps/kiln/generate.h"
 
+#include <cmath>
 #include <iostream>
 
 #include "apps/kiln/lm.h"
@@ -16,7 +17,13 @@ constexpr const char* kOp = "kiln generate";
 std::string generate_text(const GenerateTextOptions& o) {
   KILN_CHECK(!o.checkpoint.empty(), kOp, "--checkpoint PATH is required");
   KILN_CHECK(!o.prompt.empty(), kOp, "--prompt must not be empty (the model needs a first token)");
+  // Every option is checked before anything is printed: a bad one must not
+  // leave the prompt on the terminal (models::generate checks them too, late).
   KILN_CHECK(o.max_new_tokens >= 0, kOp, "--max-new-tokens must be non-negative, got {}", o.max_new_tokens);
+  KILN_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, kOp,
+             "--temperature must be a finite number in [0, inf), got {}", o.temperature);
+  KILN_CHECK(o.top_k >= 0, kOp, "--top-k must be non-negative, got {}", o.top_k);
+  KILN_CHECK(o.top_p > 0 && o.top_p <= 1, kOp, "--top-p must be in (0, 1], got {}", o.top_p);
   KILN_CHECK(o.threads >= 0, kOp, "--threads must be non-negative, got {}", o.threads);
   if (o.threads > 0) set_num_threads(o.threads);
   std::ostream& out = o.out ? *o.out : std::cout;

@@ -4,13 +4,17 @@
 #include <fmt/ostream.h>
 
 #include <array>
+#include <cmath>
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "apps/kiln/job_support.h"
+#include "apps/kiln/resume_check.h"
+#include "apps/kiln/run_folder.h"
 #include "kiln/core/error.h"
 #include "kiln/core/generator.h"
 #include "kiln/core/parallel.h"
@@ -26,8 +30,11 @@
 #include "kiln/train/callbacks/csv_logger.h"
 #include "kiln/train/callbacks/lr_scheduler.h"
 #include "kiln/train/callbacks/progress_bar.h"
+#include "kiln/train/callbacks/stop_on_signal.h"
 #include "kiln/train/callbacks/summary.h"
 #include "kiln/train/callbacks/validation.h"
+#include "kiln/train/signal_guard.h"
+#include "kiln/train/steps.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::app {
@@ -82,11 +89,17 @@ class LmTask : public train::Task {
 
   train::StepResult training_step(const data::Batch& b) override {
     Tensor loss = gpt_.config.dropout > 0 ? gpt_.loss(b.input, b.target, *rngs()) : gpt_.loss(b.input, b.target);
+    const double value = loss.item<double>();
+    // A non-finite loss is never applied: the Trainer then stops the run or
+    // skips the step (--on-nan) with the parameters as they were.
+    if (!std::isfinite(value)) return {value, b.size(), -1};
     loss.backward();
-    if (grad_clip_ > 0) optim::clip_grad_norm_(params_, grad_clip_);
-    optimizer().step();
+    // Nor are gradients that overflowed (clip_grad_norm_'s norm is then inf or NaN).
+    const bool finite = grad_clip_ > 0 ? std::isfinite(optim::clip_grad_norm_(params_, grad_clip_))
+                                       : train::grads_finite(optimizer());
+    if (finite) optimizer().step();
     optimizer().zero_grad();
-    return {loss.item<float>(), b.size(), -1};
+    return {value, b.size(), -1, finite};
   }
   // Called in eval mode under NoGradGuard (Validation).
   train::StepResult validation_step(const data::Batch& b) override {
@@ -116,13 +129,25 @@ json train_json(const LmOptions& o, int64_t tokens) {
 // tokenizer's own JSON text (kept as a string so it comes back byte for
 // byte) and the training options.
 std::string config_json(const models::GPTConfig& model, const data::Tokenizer& tok, const LmOptions& o,
-                        int64_t tokens) {
+                        int64_t tokens, const json& overrides) {
   json j = {{"job", "lm"},
             {"model", model_json(model)},
             {"tokenizer", tok.to_json()},
             {"train", train_json(o, tokens)},
             {"eval_interval", o.eval_interval}};
+  if (!overrides.empty()) j["overrides"] = overrides;  // --override's record (apps/kiln/resume_check.h)
   return j.dump();
+}
+
+// The model and training parts of a config as one flat object, as
+// check_resume compares them.
+json hyper_parameters(const json& config) {
+  json flat = json::object();
+  for (const char* part : {"model", "train"}) {
+    const json values = config.value(part, json::object());
+    for (const auto& [key, value] : values.items()) flat[key] = value;
+  }
+  return flat;
 }
 
 // A checkpoint's config, parsed and checked to be this job's; errors are "[op] <path>: ...".
@@ -136,12 +161,31 @@ json read_config(const char* op, const std::string& path, io::CheckpointInfo& in
 }
 
 models::GPTConfig model_from_json(const char* op, const std::string& path, const json& m) {
+  models::GPTConfig config;
   try {
-    return models::GPTConfig::from_json(m.dump());
+    config = models::GPTConfig::from_json(m.dump());
   } catch (const Error& e) {
     KILN_FAIL(op, "{}: its model config: {}", path, e.what());
   }
+  check_lm_size(op, path + ": its model config", config);
+  return config;
 }
+
+// A diverged run's weights (NaN or inf) would generate garbage.
+void check_finite_weights(const char* op, const std::string& path, const nn::Module& model) {
+  for (const auto& [name, value] : model.state_dict()) {
+    if (!is_floating(value.dtype())) continue;
+    const std::vector<double> v = value.to(kF64).contiguous().to_vector<double>();
+    const bool finite = std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
+    KILN_CHECK(finite, op,
+               "{}: {} holds NaN or infinite values: the run diverged before this checkpoint; use an earlier one",
+               path, name);
+  }
+}
+
+// A batch of more tokens than this is refused before its buffers exist
+// (GPT-3's batches were 3.2M tokens).
+constexpr int64_t kMaxBatchTokens = int64_t(1) << 22;
 
 // The checkpoint file `path` names: itself, or a run folder's newest.
 std::string resolve_checkpoint(const char* op, const std::string& path) {
@@ -154,13 +198,30 @@ std::string resolve_checkpoint(const char* op, const std::string& path) {
   return *manager.latest();
 }
 
+// The most of a file `kiln train lm` reads: its ids (8 bytes a character)
+// must fit in memory too, and a device such as /dev/zero never ends.
+constexpr int64_t kMaxTextBytes = int64_t(1) << 28;  // 256 MiB
+
 std::string read_text(const std::string& path) {
+  KILN_CHECK(!std::filesystem::is_directory(path), kOp, "--data {} is a folder, not a text file", path);
   std::ifstream in(path, std::ios::binary);
   KILN_CHECK(in.good(), kOp, "cannot read --data {}: {}", path,
              std::filesystem::exists(path) ? "not readable" : "no such file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  auto too_long = [&] {
+    return Error(kOp, fmt::format("--data {} is longer than {} bytes (256 MiB), the most `kiln train lm` reads", path,
+                                  kMaxTextBytes));
+  };
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec) && int64_t(std::filesystem::file_size(path, ec)) > kMaxTextBytes)
+    throw too_long();
+  // In chunks, so that a device or pipe stops at the limit too.
+  std::string text;
+  std::array<char, 1 << 16> chunk;
+  while (in.read(chunk.data(), chunk.size()) || in.gcount() > 0) {
+    text.append(chunk.data(), size_t(in.gcount()));
+    if (int64_t(text.size()) > kMaxTextBytes) throw too_long();
+  }
+  return text;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -182,7 +243,7 @@ LmResult train_lm(const LmOptions& o) {
              "--n-layer, --n-head and --n-embd must be positive, got {}, {}, {}", o.n_layer, o.n_head, o.n_embd);
   KILN_CHECK(o.n_embd % o.n_head == 0, kOp, "--n-embd {} is not a multiple of --n-head {}", o.n_embd, o.n_head);
   KILN_CHECK(o.dropout >= 0 && o.dropout < 1, kOp, "--dropout must be in [0, 1), got {}", o.dropout);
-  KILN_CHECK(o.lr > 0, kOp, "--lr must be positive, got {}", o.lr);
+  KILN_CHECK(o.lr > 0 && std::isfinite(o.lr), kOp, "--lr must be a finite number in (0, inf), got {}", o.lr);
   KILN_CHECK(o.min_lr >= 0 && o.min_lr <= o.lr, kOp, "--min-lr must be in [0, --lr = {}], got {}", o.lr, o.min_lr);
   KILN_CHECK(o.warmup >= 0 && o.warmup < o.iters, kOp, "--warmup must be in [0, --iters = {}), got {}", o.iters,
              o.warmup);
@@ -191,12 +252,30 @@ LmResult train_lm(const LmOptions& o) {
   KILN_CHECK(o.eval_interval > 0, kOp, "--eval-interval must be positive, got {}", o.eval_interval);
   KILN_CHECK(o.eval_iters > 0, kOp, "--eval-iters must be positive, got {}", o.eval_iters);
   KILN_CHECK(o.threads >= 0, kOp, "--threads must be non-negative, got {}", o.threads);
+  KILN_CHECK(o.iters <= 1'000'000'000, kOp, "--iters must be in [1, 1000000000], got {}", o.iters);
+  KILN_CHECK(o.block_size <= (int64_t(1) << 20) && o.batch_size <= kMaxBatchTokens / o.block_size, kOp,
+             "--batch-size {} x --block-size {} is more than {} tokens per step (2^22): the batch would not fit in "
+             "memory",
+             o.batch_size, o.block_size, kMaxBatchTokens);
+  check_lm_size(kOp, "the model (--n-layer, --n-head, --n-embd, --block-size, --vocab-size)",
+                {.vocab_size = o.tokenizer == "bpe" ? o.vocab_size : 256,
+                 .block_size = o.block_size,
+                 .n_layer = o.n_layer,
+                 .n_head = o.n_head,
+                 .n_embd = o.n_embd});
+  const train::OnNan on_nan = parse_on_nan(kOp, o.on_nan);
+  RunFolder::check_path(kOp, o.out);
   if (o.threads > 0) set_num_threads(o.threads);
   std::ostream& log = o.log ? *o.log : std::cout;
 
   namespace fs = std::filesystem;
-  const std::string csv = (fs::path(o.out) / "metrics.csv").string();
-  const std::string ckpt_dir = (fs::path(o.out) / "checkpoints").string();
+  // The text first: a missing file is reported before --out is touched.
+  const std::string text = read_text(o.data);
+  // Locked for the whole run; refuses a folder holding another run unless
+  // resuming or overwriting it.
+  RunFolder folder(kOp, o.out, {.resume = !o.resume.empty(), .overwrite = o.overwrite});
+  const std::string csv = (folder.path() / "metrics.csv").string();
+  const std::string ckpt_dir = (folder.path() / "checkpoints").string();
   std::string resume = o.resume;
   if (resume == "latest") {
     KILN_CHECK(fs::is_directory(ckpt_dir), kOp, "--resume latest: no checkpoint in {}", ckpt_dir);
@@ -207,12 +286,13 @@ LmResult train_lm(const LmOptions& o) {
 
   // The tokenizer: trained on the whole file (nanoGPT's prepare.py), or the
   // checkpoint's when resuming, so a resumed run encodes the same ids.
-  const std::string text = read_text(o.data);
   std::shared_ptr<const data::Tokenizer> tok;
   json resumed;
+  int64_t resumed_step = 0;
   if (!resume.empty()) {
     io::CheckpointInfo info;
     resumed = read_config(kOp, resume, info);
+    resumed_step = info.progress.global_step;
     tok = data::tokenizer_from_json(resumed["tokenizer"].get<std::string>());
   } else {
     tok = data::train_tokenizer(o.tokenizer, text, {.vocab_size = o.vocab_size});
@@ -241,17 +321,13 @@ LmResult train_lm(const LmOptions& o) {
                               .n_head = o.n_head,
                               .n_embd = o.n_embd,
                               .dropout = o.dropout};
+  json overrides = json::array();
   if (!resume.empty()) {
-    // Name the first flag that differs; the loader and scheduler would refuse
-    // the file too, with a less helpful message.
+    // Name the first flag that differs (the loader and scheduler would refuse
+    // the file too, with a less helpful message), unless --override accepts it.
     const json want = {{"model", model_json(cfg)}, {"train", train_json(o, n)}};
-    for (const char* part : {"model", "train"}) {
-      const json& have = resumed.value(part, json::object());
-      for (const auto& [key, value] : want[part].items())
-        KILN_CHECK(have.contains(key) && have[key] == value, kOp,
-                   "--resume {}: the checkpoint was trained with {} {}, this run asks for {}", resume, key,
-                   have.contains(key) ? have[key].dump() : "(none)", value.dump());
-    }
+    overrides = check_resume(kOp, resume, hyper_parameters(resumed), hyper_parameters(want), o.overrides,
+                             resumed.value("overrides", json()), resumed_step, log);
   }
 
   // Streams: parameters, dropout, and the three batch streams (train steps,
@@ -289,18 +365,13 @@ LmResult train_lm(const LmOptions& o) {
   auto val_eval = std::make_shared<train::Validation>(
       eval_loader(val_split, val_eval_seed), train::ValidationOptions{.every_n_steps = o.eval_interval});
 
-  fs::create_directories(o.out);
-  if (!resume.empty()) {
-    fmt::print(log, "resuming from {}\n", resume);
-  } else if (fs::exists(ckpt_dir)) {
-    // A new run in this folder replaces the previous one (its log is
-    // truncated too); --resume continues it instead.
-    fs::remove_all(ckpt_dir);
-  }
+  if (!resume.empty()) fmt::print(log, "resuming from {}\n", resume);
+  folder.start(log);  // a new run: the previous one (--overwrite) moves aside
   auto checkpoints = std::make_shared<train::CheckpointCallback>(
       ckpt_dir, train::CheckpointCallbackOptions{
                     .monitor = "val/loss", .every_n_steps = o.eval_interval, .restore_best = false});
   std::vector<std::shared_ptr<train::Callback>> callbacks = {
+      std::make_shared<train::StopOnSignal>(),  // first: a signal stops the run after the step
       std::make_shared<train::LRSchedulerCallback>(schedule),
       // Before the bar and the logger: they show and log the estimates.
       train_eval,
@@ -309,14 +380,16 @@ LmResult train_lm(const LmOptions& o) {
       std::make_shared<train::CsvLogger>(
           csv, train::CsvLoggerOptions{.append = false, .log_keys = {"train/loss", "val/loss"}}),
       std::make_shared<train::Summary>(),
-      checkpoints,  // last: its checkpoints hold the other callbacks' state
+      checkpoints,  // its checkpoints hold the other callbacks' state
+      std::make_shared<ReleasePreviousRun>(folder, checkpoints),
   };
   train::Trainer trainer(1, callbacks,
                          {.max_steps = o.iters,
                           .tokens_per_sample = o.block_size,
                           .out = &log,
                           .tty = o.tty,
-                          .config = config_json(cfg, *tok, o, n)});
+                          .config = config_json(cfg, *tok, o, n, overrides),
+                          .on_nan = on_nan});
 
   fmt::print(log,
              "lm: {} parameters ({} layers, {} heads, width {}, context {}) · {} tokenizer, vocabulary {} · {} train / "
@@ -325,7 +398,12 @@ LmResult train_lm(const LmOptions& o) {
              tok->vocab_size(), n_train, n_val, o.batch_size, o.iters, get_num_threads(),
              get_num_threads() == 1 ? "" : "s");
 
-  trainer.fit(task, train_loader, resume);
+  train::SignalGuard signals;  // SIGINT/SIGTERM: finish the step, save, exit 130/143
+  try {
+    trainer.fit(task, train_loader, resume);
+  } catch (const train::NonFiniteLoss& e) {
+    fail_on_nan(kOp, e, checkpoints->latest());
+  }
 
   LmResult r;
   r.val_loss = val_eval->result().loss;
@@ -336,6 +414,10 @@ LmResult train_lm(const LmOptions& o) {
   r.checkpoint = checkpoints->latest();
   r.csv = csv;
   r.wall_seconds = seconds_since(start);
+  r.signal = train::SignalGuard::received();
+  if (r.signal != 0)
+    fmt::print(log, "stopped by {} at step {}: resume with --resume (from {})\n", train::SignalGuard::name(r.signal),
+               r.iters, r.checkpoint);
   fmt::print(log, "val loss: {:.4f} · train loss {:.4f} ({} batches of {} x {} tokens each) · {} iterations\n",
              r.val_loss, r.train_loss, o.eval_iters, o.batch_size, o.block_size, r.iters);
   fmt::print(log, "time: {:.1f} s training, {:.1f} s wall (evaluations, tokenizer and checkpoints included)\n",
@@ -363,9 +445,29 @@ LanguageModel load_lm(const std::string& path) {
   io::Checkpoint ckpt;
   ckpt.model(*lm.model);
   ckpt.load(file);
+  check_finite_weights(kLoad, file, *lm.model);
   lm.model->eval();
   lm.iters = info.progress.global_step;
   return lm;
+}
+
+void check_lm_size(const std::string& op, const std::string& what, const models::GPTConfig& c) {
+  constexpr int64_t kMaxSize = int64_t(1) << 20;
+  auto in = [](int64_t v, int64_t hi) { return v >= 1 && v <= hi; };
+  KILN_CHECK(in(c.vocab_size, kMaxSize) && in(c.block_size, kMaxSize) && in(c.n_embd, kMaxSize) &&
+                 in(c.n_layer, 1024) && in(c.n_head, 4096) && c.mlp_hidden >= 0 && c.mlp_hidden <= kMaxSize,
+             op,
+             "{}: vocab_size {}, block_size {}, n_embd {} and mlp_hidden must be in [1, 2^20], n_layer {} in "
+             "[1, 1024], n_head {} in [1, 4096]",
+             what, c.vocab_size, c.block_size, c.n_embd, c.n_layer, c.n_head);
+  // Every matrix of the model, in doubles (no overflow): embeddings, the
+  // untied head, and per block attention (4 C^2) and the MLP (up to 3 C H).
+  const double C = double(c.n_embd), H = double(c.hidden());
+  const double params = double(c.vocab_size + c.block_size) * C + double(c.vocab_size) * C +
+                        double(c.n_layer) * (4 * C * C + 3 * C * H);
+  KILN_CHECK(params <= double(int64_t(1) << 31), op,
+             "{}: about {:.3g} parameters, more than 2^31 (8 GiB of f32) (n_layer {}, n_embd {}, vocab_size {})", what,
+             params, c.n_layer, c.n_embd, c.vocab_size);
 }
 
 }  // namespace kiln::app

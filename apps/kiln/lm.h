@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kiln/data/tokenizer.h"
 #include "kiln/models/gpt.h"
@@ -51,6 +52,9 @@ struct LmOptions {
   int threads = 0;    // 0: kiln's default (all cores)
   std::string out = "runs/lm";  // metrics.csv and checkpoints/ go here
   std::string resume = "";      // "": a new run; "latest": the newest checkpoint in out; else a path
+  bool overwrite = false;       // a new run may replace the run in out (moved aside until its first checkpoint)
+  std::vector<std::string> overrides = {};  // hyper-parameters a resume may change ("lr", ...; "all": any)
+  std::string on_nan = "stop";  // a NaN or infinite loss: "stop" the run (no checkpoint of it) or "skip" the step
   std::ostream* log = nullptr;  // where output goes; nullptr: std::cout
   std::optional<bool> tty = {}; // progress bar in place; default: whether stdout is a terminal
 };
@@ -64,10 +68,14 @@ struct LmResult {
   int64_t parameters = 0;
   std::string checkpoint;     // the newest checkpoint
   std::string csv;            // the per-step log
+  int signal = 0;             // the SIGINT or SIGTERM that stopped the run early; 0: none
 };
 
-/// Runs the job; kiln::Error on bad options, a missing or too short file, or a
-/// checkpoint of another setup.
+/// Runs the job; kiln::Error on bad options (a model or batch beyond
+/// check_lm_size's bounds), a missing or too short file, a folder holding
+/// another run (without resume or overwrite), a checkpoint of another setup,
+/// or a non-finite loss (on_nan "stop"). SIGINT and SIGTERM end it after the
+/// current step with a checkpoint (result.signal says which).
 LmResult train_lm(const LmOptions& options);
 
 /// A trained model and its tokenizer, rebuilt from a checkpoint of train_lm.
@@ -80,7 +88,14 @@ struct LanguageModel {
 
 /// `path`: a checkpoint file, or a run folder (its newest checkpoint). The
 /// model config and the tokenizer come from the file's config; everything is
-/// validated (kiln::Error "[load_lm] <path>: ...").
+/// validated (kiln::Error "[load_lm] <path>: ..."): the config against
+/// check_lm_size's bounds before anything is allocated, and the weights to be
+/// finite (a diverged run's are refused).
 LanguageModel load_lm(const std::string& path);
+
+/// Sane bounds on a model, checked before it is built: each size at most
+/// 2^20 (layers 1024, heads 4096) and at most 2^31 parameters (8 GiB of f32);
+/// kiln::Error "[op] <what>: ..." naming the size.
+void check_lm_size(const std::string& op, const std::string& what, const models::GPTConfig& config);
 
 }  // namespace kiln::app

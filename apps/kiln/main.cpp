@@ -1,25 +1,121 @@
 // kiln: the command-line tool.
 //   kiln train fashion-mnist [--model cnn|mlp] [--epochs N] [--batch-size N] [--lr X]
-//                            [--threads N] [--out DIR] [--resume [latest|PATH]] ...
+//                            [--threads N] [--out DIR] [--resume [latest|PATH]] [--overwrite] ...
 //   kiln train lm --data FILE [--tokenizer char|byte|bpe] [--iters N] [--lr X] ... (apps/kiln/lm.h)
 //   kiln generate --checkpoint PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
 //                 [--top-p P] [--seed S] (apps/kiln/generate.h)
-//   kiln rl dqn cartpole | kiln rl sac pendulum [--seed N] [--total-steps N] [--out DIR] ...
+//   kiln rl dqn cartpole | kiln rl sac pendulum [--seed N] [--total-steps N] [--out DIR] [--overwrite] ...
 //   kiln rl ppo cartpole|pendulum [--seed N] [--total-steps N] [--envs N] [--out DIR] [--resume]
 //                                 [--threads N] [--eval-every N] [--eval-episodes N]
+//
+// Every failure ends as one line, `kiln: error: ...`, and a non-zero status:
+// 2 for a command line CLI11 or a numeric flag refuses, 1 for anything a job
+// throws (kiln::Error, std::bad_alloc, a filesystem error, anything else),
+// 128 + N for a run stopped by signal N (SIGINT 130, SIGTERM 143) after its
+// checkpoint. docs/reliability_cli.md.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <new>
+#include <sstream>
 
+#include "apps/kiln/cli_numbers.h"
 #include "apps/kiln/fashion_mnist.h"
 #include "apps/kiln/generate.h"
 #include "apps/kiln/lm.h"
 #include "apps/kiln/rl.h"
 #include "apps/kiln/rl_offpolicy.h"
 #include "kiln/core/error.h"
+#include "kiln/core/parallel.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+using kiln::app::add_integer;
+using kiln::app::add_real;
+using kiln::app::kMaxBatch;
+using kiln::app::kMaxCount;
+using kiln::app::kMaxSeed;
+using kiln::app::kMaxThreads;
+using kiln::app::RealRange;
+
+constexpr RealRange kPositive{.lo = 0, .lo_open = true};
+constexpr RealRange kNonNegative{.lo = 0};
+
+// The one line every failure ends as.
+int report(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "kiln: error: out of memory (std::bad_alloc): the model, batch or data is too large for this "
+                 "machine\n");
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "kiln: error: unknown exception\n");
+  }
+  return 1;
+}
+
+// An exception escaping another thread (a data loader's prefetch, say) would
+// otherwise abort with rc 134 and a bare C++ message.
+[[noreturn]] void on_terminate() {
+  if (std::exception_ptr e = std::current_exception())
+    report(e);
+  else
+    std::fprintf(stderr, "kiln: error: terminated\n");
+  std::_Exit(1);
+}
+
+// --threads above the CPUs this process may use is clamped, with a notice:
+// OpenMP fails far above it, and more threads than cores only slow kiln down.
+void clamp_threads(int& threads) {
+  const int cpus = kiln::available_cpus();
+  if (threads <= cpus) return;
+  std::fprintf(stderr, "kiln: --threads %d is more than the %d CPU%s available: using %d\n", threads, cpus,
+               cpus == 1 ? "" : "s", cpus);
+  threads = cpus;
+}
+
+// --override lr,seed (or a bare --override: any change) as a list of names.
+std::vector<std::string> override_list(const CLI::App* sub, const std::string& text) {
+  if (sub->count("--override") == 0) return {};
+  if (text.empty()) return {"all"};
+  std::vector<std::string> names;
+  std::stringstream in(text);
+  for (std::string name; std::getline(in, name, ',');)
+    if (!name.empty()) names.push_back(name);
+  return names;
+}
+
+void add_override(CLI::App* sub, std::string& text) {
+  sub->add_option("--override", text,
+                  "with --resume: accept these changed hyper-parameters (comma-separated, e.g. lr,seed; bare: any) "
+                  "and record the change in the run's checkpoints")
+      ->expected(0, 1);
+}
+
+void add_overwrite(CLI::App* sub, bool& overwrite) {
+  sub->add_flag("--overwrite", overwrite,
+                "replace the run in --out (kept aside in --out/previous-<time>/ until the new run's first checkpoint)");
+}
+
+int exit_status(int signal) { return signal == 0 ? 0 : 128 + signal; }
+
+// An explicit `--out ""` is a mistake, not a request for the job's default folder.
+void check_out(const CLI::App* sub, const std::string& op, const std::string& out) {
+  KILN_CHECK(sub->count("--out") == 0 || !out.empty(), op, "--out must name a folder, got ''");
+}
+
+int run(int argc, char** argv) {
   CLI::App app{"kiln: train models with the kiln C++ deep-learning framework"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "kiln 0.1.0");
@@ -28,76 +124,87 @@ int main(int argc, char** argv) {
   train->require_subcommand(1);
   auto* fashion = train->add_subcommand("fashion-mnist", "an image classifier on Fashion-MNIST");
   kiln::app::FashionMnistOptions o;
+  std::string o_override;
   fashion->add_option("--model", o.model, "cnn (2 conv + BN + pooling) or mlp (256-128-100)")
       ->check(CLI::IsMember({"cnn", "mlp"}))
       ->capture_default_str();
-  fashion->add_option("--epochs", o.epochs, "epochs (default: 10 for cnn, 20 for mlp)")->check(CLI::PositiveNumber);
-  fashion->add_option("--batch-size", o.batch_size, "examples per step")->check(CLI::PositiveNumber)->capture_default_str();
-  fashion->add_option("--lr", o.lr, "AdamW learning rate (cosine decay to lr/100)")->check(CLI::PositiveNumber)->capture_default_str();
-  fashion->add_option("--weight-decay", o.weight_decay, "AdamW weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
-  fashion->add_option("--threads", o.threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  fashion->add_option("--seed", o.seed, "seed of parameters, dropout and data order")->capture_default_str();
+  add_integer(fashion, "--epochs", o.epochs, "epochs (default: 10 for cnn, 20 for mlp)", 1, 1e6, false);
+  add_integer(fashion, "--batch-size", o.batch_size, "examples per step (at most the training images)", 1, kMaxBatch);
+  add_real(fashion, "--lr", o.lr, "AdamW learning rate (cosine decay to lr/100)", kPositive);
+  add_real(fashion, "--weight-decay", o.weight_decay, "AdamW weight decay", kNonNegative);
+  add_integer(fashion, "--threads", o.threads, "threads (default: all cores)", 1, kMaxThreads, false);
+  add_integer(fashion, "--seed", o.seed, "seed of parameters, dropout and data order", 0, kMaxSeed);
   fashion->add_option("--out", o.out, "output folder: metrics.csv, checkpoints/")->capture_default_str();
   fashion->add_option("--data", o.data, "folder of the IDX files (default: $KILN_FASHION_MNIST or /usr/share/datasets/fashion-mnist)");
   fashion->add_option("--resume", o.resume, "continue from a checkpoint: latest (in --out) or a path")
       ->expected(0, 1)
       ->default_str("latest");
-  fashion->add_option("--limit", o.limit, "train on the first N images only")->check(CLI::NonNegativeNumber);
-  fashion->add_option("--test-limit", o.test_limit, "test on the first N images only")->check(CLI::NonNegativeNumber);
+  add_overwrite(fashion, o.overwrite);
+  add_override(fashion, o_override);
+  fashion->add_option("--on-nan", o.on_nan, "a NaN or infinite loss: stop the run, or skip the step")
+      ->check(CLI::IsMember({"stop", "skip"}))
+      ->capture_default_str();
+  add_integer(fashion, "--limit", o.limit, "train on the first N images only (0: all)", 0, kMaxBatch);
+  add_integer(fashion, "--test-limit", o.test_limit, "test on the first N images only (0: all)", 0, kMaxBatch);
 
   auto* lm = train->add_subcommand("lm", "a GPT language model on a text file (nanoGPT's shakespeare_char recipe)");
   kiln::app::LmOptions l;
+  std::string l_override;
   lm->add_option("--data", l.data, "the text file; the last 10% of its tokens validate")->required();
   lm->add_option("--tokenizer", l.tokenizer, "char, byte or bpe (trained on the file)")
       ->check(CLI::IsMember({"char", "byte", "bpe"}))
       ->capture_default_str();
-  lm->add_option("--vocab-size", l.vocab_size, "bpe: vocabulary size (256 bytes + merges)")->capture_default_str();
-  lm->add_option("--iters", l.iters, "optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
-  lm->add_option("--batch-size", l.batch_size, "sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
-  lm->add_option("--block-size", l.block_size, "context length T")->check(CLI::PositiveNumber)->capture_default_str();
-  lm->add_option("--n-layer", l.n_layer, "Transformer blocks")->check(CLI::PositiveNumber)->capture_default_str();
-  lm->add_option("--n-head", l.n_head, "attention heads")->check(CLI::PositiveNumber)->capture_default_str();
-  lm->add_option("--n-embd", l.n_embd, "width")->check(CLI::PositiveNumber)->capture_default_str();
-  lm->add_option("--dropout", l.dropout, "dropout rate")->check(CLI::Range(0.0, 0.999))->capture_default_str();
-  lm->add_option("--lr", l.lr, "AdamW peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  lm->add_option("--min-lr", l.min_lr, "learning rate at the end of the cosine")->check(CLI::NonNegativeNumber)->capture_default_str();
-  lm->add_option("--warmup", l.warmup, "linear warmup steps")->check(CLI::NonNegativeNumber)->capture_default_str();
-  lm->add_option("--weight-decay", l.weight_decay, "AdamW weight decay (2-D tensors only)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  lm->add_option("--beta1", l.beta1, "AdamW beta1")->capture_default_str();
-  lm->add_option("--beta2", l.beta2, "AdamW beta2")->capture_default_str();
-  lm->add_option("--grad-clip", l.grad_clip, "max gradient norm (0: none)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  lm->add_option("--eval-interval", l.eval_interval, "estimate the losses (and save) every N steps")->check(CLI::PositiveNumber)->capture_default_str();
-  lm->add_option("--eval-iters", l.eval_iters, "batches per loss estimate")->check(CLI::PositiveNumber)->capture_default_str();
-  lm->add_option("--seed", l.seed, "seed of parameters, dropout and batches")->capture_default_str();
-  lm->add_option("--threads", l.threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_integer(lm, "--vocab-size", l.vocab_size, "bpe: vocabulary size (256 bytes + merges)", 256, 1 << 20);
+  add_integer(lm, "--iters", l.iters, "optimizer steps", 1, 1e9);
+  add_integer(lm, "--batch-size", l.batch_size, "sequences per step", 1, kMaxBatch);
+  add_integer(lm, "--block-size", l.block_size, "context length T", 1, 1 << 20);
+  add_integer(lm, "--n-layer", l.n_layer, "Transformer blocks", 1, 1024);
+  add_integer(lm, "--n-head", l.n_head, "attention heads", 1, 4096);
+  add_integer(lm, "--n-embd", l.n_embd, "width", 1, 1 << 20);
+  add_real(lm, "--dropout", l.dropout, "dropout rate", {.lo = 0, .hi = 1, .hi_open = true});
+  add_real(lm, "--lr", l.lr, "AdamW peak learning rate", kPositive);
+  add_real(lm, "--min-lr", l.min_lr, "learning rate at the end of the cosine", kNonNegative);
+  add_integer(lm, "--warmup", l.warmup, "linear warmup steps", 0, 1e9);
+  add_real(lm, "--weight-decay", l.weight_decay, "AdamW weight decay (2-D tensors only)", kNonNegative);
+  add_real(lm, "--beta1", l.beta1, "AdamW beta1", {.lo = 0, .hi = 1, .hi_open = true});
+  add_real(lm, "--beta2", l.beta2, "AdamW beta2", {.lo = 0, .hi = 1, .hi_open = true});
+  add_real(lm, "--grad-clip", l.grad_clip, "max gradient norm (0: none)", kNonNegative);
+  add_integer(lm, "--eval-interval", l.eval_interval, "estimate the losses (and save) every N steps", 1, 1e9);
+  add_integer(lm, "--eval-iters", l.eval_iters, "batches per loss estimate", 1, 1e9);
+  add_integer(lm, "--seed", l.seed, "seed of parameters, dropout and batches", 0, kMaxSeed);
+  add_integer(lm, "--threads", l.threads, "threads (default: all cores)", 1, kMaxThreads, false);
   lm->add_option("--out", l.out, "output folder: metrics.csv, checkpoints/")->capture_default_str();
   lm->add_option("--resume", l.resume, "continue from a checkpoint: latest (in --out) or a path")
       ->expected(0, 1)
       ->default_str("latest");
+  add_overwrite(lm, l.overwrite);
+  add_override(lm, l_override);
+  lm->add_option("--on-nan", l.on_nan, "a NaN or infinite loss: stop the run, or skip the step")
+      ->check(CLI::IsMember({"stop", "skip"}))
+      ->capture_default_str();
+
   // kiln rl <algorithm> <env>: one subcommand per algorithm under `rl`, each
   // with its environments as positional choices.
   auto* rl = app.add_subcommand("rl", "train a reinforcement-learning agent");
   rl->require_subcommand(1);
   auto* ppo = rl->add_subcommand("ppo", "PPO with a tuned preset (docs/rl.md)");
   kiln::app::PPOJobOptions ppo_o;
+  std::string ppo_override;
   ppo->add_option("env", ppo_o.env, "cartpole (CartPole-v1) or pendulum (Pendulum-v1)")
       ->required()
       ->check(CLI::IsMember({"cartpole", "pendulum"}));
-  ppo->add_option("--seed", ppo_o.seed, "seed of parameters, actions, minibatches and resets")->capture_default_str();
-  ppo->add_option("--total-steps", ppo_o.total_steps, "environment steps (default: the preset's)")
-      ->check(CLI::PositiveNumber);
-  ppo->add_option("--envs", ppo_o.envs, "training environments (default: the preset's)")->check(CLI::PositiveNumber);
+  add_integer(ppo, "--seed", ppo_o.seed, "seed of parameters, actions, minibatches and resets", 0, kMaxSeed);
+  add_integer(ppo, "--total-steps", ppo_o.total_steps, "environment steps (default: the preset's)", 1, kMaxCount,
+              false);
+  add_integer(ppo, "--envs", ppo_o.envs, "training environments (default: the preset's)", 1, 1 << 16, false);
   ppo->add_option("--out", ppo_o.out, "output folder: metrics.csv, checkpoints/ (default: runs/ppo-<env>)");
   ppo->add_flag("--resume", ppo_o.resume, "continue from the newest checkpoint in --out");
-  ppo->add_option("--threads", ppo_o.threads, "threads (0: all cores)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  ppo->add_option("--eval-every", ppo_o.eval_every, "environment steps between evaluations and checkpoints")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  ppo->add_option("--eval-episodes", ppo_o.eval_episodes, "episodes per deterministic evaluation")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  add_overwrite(ppo, ppo_o.overwrite);
+  add_override(ppo, ppo_override);
+  add_integer(ppo, "--threads", ppo_o.threads, "threads", 1, kMaxThreads);
+  add_integer(ppo, "--eval-every", ppo_o.eval_every, "environment steps between evaluations and checkpoints (0: only at the end)",
+              0, kMaxCount);
+  add_integer(ppo, "--eval-episodes", ppo_o.eval_episodes, "episodes per deterministic evaluation", 1, 1e6);
 
   // DQN (CartPole) and SAC (Pendulum) with CleanRL's defaults (docs/rl_offpolicy.md).
   kiln::app::OffPolicyJobOptions dqn_o{.algo = "dqn"}, sac_o{.algo = "sac"};
@@ -106,47 +213,74 @@ int main(int argc, char** argv) {
   for (auto [sub, op] : {std::pair{offpolicy[0], &dqn_o}, std::pair{offpolicy[1], &sac_o}}) {
     const std::string env = op->algo == "dqn" ? "cartpole" : "pendulum";
     sub->add_option("env", op->env, env)->required()->check(CLI::IsMember({env}));
-    sub->add_option("--seed", op->seed, "seed of parameters, exploration, replay sampling and resets")
-        ->capture_default_str();
-    sub->add_option("--total-steps", op->total_steps, "environment steps (default: 200k for dqn, 30k for sac)")
-        ->check(CLI::PositiveNumber);
+    add_integer(sub, "--seed", op->seed, "seed of parameters, exploration, replay sampling and resets", 0, kMaxSeed);
+    add_integer(sub, "--total-steps", op->total_steps, "environment steps (default: 200k for dqn, 30k for sac)", 1,
+                kMaxCount, false);
     sub->add_option("--out", op->out, "output folder: metrics.csv, checkpoints/ (default: runs/<algo>-<env>)");
-    sub->add_option("--threads", op->threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber)->capture_default_str();
-    sub->add_option("--eval-every", op->eval_every, "environment steps between evaluations and checkpoints")
-        ->check(CLI::NonNegativeNumber);
-    sub->add_option("--eval-episodes", op->eval_episodes, "episodes per deterministic evaluation")
-        ->check(CLI::PositiveNumber)
-        ->capture_default_str();
+    add_overwrite(sub, op->overwrite);
+    add_integer(sub, "--threads", op->threads, "threads", 1, kMaxThreads);
+    add_integer(sub, "--eval-every", op->eval_every, "environment steps between evaluations and checkpoints", 1,
+                kMaxCount, false);
+    add_integer(sub, "--eval-episodes", op->eval_episodes, "episodes per deterministic evaluation", 1, 1e6);
   }
 
   auto* gen = app.add_subcommand("generate", "sample text from a `kiln train lm` checkpoint, streamed");
   kiln::app::GenerateTextOptions g;
   gen->add_option("--checkpoint", g.checkpoint, "a checkpoint file, or a run folder (its newest)")->required();
   gen->add_option("--prompt", g.prompt, "the text to continue")->capture_default_str();
-  gen->add_option("--max-new-tokens", g.max_new_tokens, "tokens to sample")->check(CLI::NonNegativeNumber)->capture_default_str();
-  gen->add_option("--temperature", g.temperature, "logits / T; 0: greedy")->check(CLI::NonNegativeNumber)->capture_default_str();
-  gen->add_option("--top-k", g.top_k, "sample among the k likeliest (0: all)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  gen->add_option("--top-p", g.top_p, "nucleus: the likeliest tokens up to this mass")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  gen->add_option("--seed", g.seed, "seed of the draws")->capture_default_str();
-  gen->add_option("--threads", g.threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_integer(gen, "--max-new-tokens", g.max_new_tokens, "tokens to sample", 0, 1e9);
+  add_real(gen, "--temperature", g.temperature, "logits / T; 0: greedy", kNonNegative);
+  add_integer(gen, "--top-k", g.top_k, "sample among the k likeliest (0: all)", 0, kMaxBatch);
+  add_real(gen, "--top-p", g.top_p, "nucleus: the likeliest tokens up to this mass", {.lo = 0, .hi = 1, .lo_open = true});
+  add_integer(gen, "--seed", g.seed, "seed of the draws", 0, kMaxSeed);
+  add_integer(gen, "--threads", g.threads, "threads (default: all cores)", 1, kMaxThreads, false);
 
-  CLI11_PARSE(app, argc, argv);
   try {
-    if (fashion->parsed()) {
-      if (fashion->count("--resume") > 0 && o.resume.empty()) o.resume = "latest";
-      kiln::app::train_fashion_mnist(o);
-    }
-    if (lm->parsed()) {
-      if (lm->count("--resume") > 0 && l.resume.empty()) l.resume = "latest";
-      kiln::app::train_lm(l);
-    }
-    if (ppo->parsed()) kiln::app::run_ppo(ppo_o);
-    if (offpolicy[0]->parsed()) kiln::app::run_offpolicy(dqn_o);
-    if (offpolicy[1]->parsed()) kiln::app::run_offpolicy(sac_o);
-    if (gen->parsed()) kiln::app::generate_text(g);
-  } catch (const kiln::Error& e) {
-    std::fprintf(stderr, "kiln: %s\n", e.what());
-    return 1;
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::fprintf(stderr, "kiln: error: %s (kiln --help)\n", e.what());
+    return 2;
+  }
+
+  if (fashion->parsed()) {
+    if (fashion->count("--resume") > 0 && o.resume.empty()) o.resume = "latest";
+    o.overrides = override_list(fashion, o_override);
+    clamp_threads(o.threads);
+    return exit_status(kiln::app::train_fashion_mnist(o).signal);
+  }
+  if (lm->parsed()) {
+    if (lm->count("--resume") > 0 && l.resume.empty()) l.resume = "latest";
+    l.overrides = override_list(lm, l_override);
+    clamp_threads(l.threads);
+    return exit_status(kiln::app::train_lm(l).signal);
+  }
+  if (ppo->parsed()) {
+    check_out(ppo, "kiln rl ppo", ppo_o.out);
+    ppo_o.overrides = override_list(ppo, ppo_override);
+    clamp_threads(ppo_o.threads);
+    return exit_status(kiln::app::run_ppo(ppo_o).signal);
+  }
+  for (auto [sub, op] : {std::pair{offpolicy[0], &dqn_o}, std::pair{offpolicy[1], &sac_o}}) {
+    if (!sub->parsed()) continue;
+    check_out(sub, "kiln rl " + op->algo, op->out);
+    clamp_threads(op->threads);
+    return exit_status(kiln::app::run_offpolicy(*op).signal);
+  }
+  if (gen->parsed()) {
+    clamp_threads(g.threads);
+    kiln::app::generate_text(g);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::set_terminate(on_terminate);
+  try {
+    return run(argc, argv);
+  } catch (...) {
+    return report(std::current_exception());
+  }
 }

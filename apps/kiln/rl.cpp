@@ -11,7 +11,10 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
+#include "apps/kiln/resume_check.h"
+#include "apps/kiln/run_folder.h"
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/rngs.h"
@@ -20,6 +23,7 @@
 #include "kiln/rl/evaluate.h"
 #include "kiln/rl/make_env.h"
 #include "kiln/rl/presets.h"
+#include "kiln/train/signal_guard.h"
 
 namespace kiln::app {
 
@@ -36,10 +40,21 @@ constexpr const char* kCsvHeader =
 // no finished episode).
 std::string cell(double x) { return std::isnan(x) ? "" : fmt::format("{}", x); }
 
-std::string config_json(const PPOJobOptions& o, const rl::PPOPreset& p) {
-  return fmt::format(R"({{"job":"ppo","env":"{}","seed":{},"total_steps":{},"envs":{},"eval_every":{},)"
-                     R"("eval_episodes":{}}})",
-                     p.env, o.seed, p.ppo.total_timesteps, p.num_envs, o.eval_every, o.eval_episodes);
+using nlohmann::json;
+
+// What a resume must agree with; the evaluation cadence may change.
+json hyper_parameters(const PPOJobOptions& o, const rl::PPOPreset& p) {
+  return {{"seed", o.seed}, {"total_steps", p.ppo.total_timesteps}, {"envs", p.num_envs}};
+}
+
+std::string config_json(const PPOJobOptions& o, const rl::PPOPreset& p, const json& overrides) {
+  json j = hyper_parameters(o, p);
+  j["job"] = "ppo";
+  j["env"] = p.env;
+  j["eval_every"] = o.eval_every;
+  j["eval_episodes"] = o.eval_episodes;
+  if (!overrides.empty()) j["overrides"] = overrides;  // --override's record (apps/kiln/resume_check.h)
+  return j.dump();
 }
 
 // What the job itself carries across a resume: when to evaluate next, what the
@@ -107,32 +122,37 @@ PPOJobResult run_ppo(const PPOJobOptions& o) {
   JobState job;
   job.next_eval = o.eval_every > 0 ? o.eval_every : p.ppo.total_timesteps;
   io::Checkpoint ckpt;
-  ckpt.model(agent).optimizer(ppo.optimizer()).state("ppo", ppo).state("job", job).config(config_json(o, p));
+  ckpt.model(agent).optimizer(ppo.optimizer()).state("ppo", ppo).state("job", job);
 
-  const std::filesystem::path out = o.out.empty() ? "runs/ppo-" + p.name : o.out;
-  std::filesystem::create_directories(out);
+  // Locked for the whole run; refuses a folder holding another run unless
+  // resuming or overwriting it.
+  RunFolder folder(kOp, o.out.empty() ? "runs/ppo-" + p.name : o.out, {.resume = o.resume, .overwrite = o.overwrite});
+  const std::filesystem::path& out = folder.path();
   const std::string csv = (out / "metrics.csv").string();
   const std::string ckpt_dir = (out / "checkpoints").string();
+  json overrides = json::array();
   if (o.resume) {
+    KILN_CHECK(std::filesystem::is_directory(ckpt_dir), kOp, "--resume: no checkpoint in {}", ckpt_dir);
     io::CheckpointManager manager(ckpt_dir);
     KILN_CHECK(manager.latest().has_value(), kOp, "--resume: no checkpoint in {}", ckpt_dir);
     const std::string path = *manager.latest();
-    const std::string config = io::read_checkpoint_info(path).config;
-    const size_t at = config.find(R"("env":")");
-    const std::string saved_env =
-        at == std::string::npos ? "" : config.substr(at + 7, config.find('"', at + 7) - at - 7);
+    const io::CheckpointInfo info = io::read_checkpoint_info(path);
+    const json saved = json::parse(info.config, nullptr, /*allow_exceptions=*/false);
+    const std::string saved_env = saved.is_object() ? saved.value("env", "") : "";
     KILN_CHECK(saved_env == p.env, kOp, "--resume: {} is a run of {}, not {}", path,
                saved_env.empty() ? "no known environment" : saved_env, p.env);
+    overrides = check_resume(kOp, path, saved, hyper_parameters(o, p), o.overrides, saved.value("overrides", json()),
+                             info.progress.global_step, log);
     fmt::print(log, "resuming from {}\n", path);
     ckpt.load(path);
     KILN_CHECK(std::filesystem::exists(csv) && int64_t(std::filesystem::file_size(csv)) >= job.csv_bytes, kOp,
                "--resume: {} is missing or shorter than the {} bytes the checkpoint saw", csv, job.csv_bytes);
     std::filesystem::resize_file(csv, uintmax_t(job.csv_bytes));  // drop rows logged after the checkpoint
   } else {
-    // A new run in this folder replaces the previous one; --resume continues it.
-    std::filesystem::remove_all(ckpt_dir);
+    folder.start(log);  // the previous run (--overwrite) moves aside until the first checkpoint
     std::ofstream(csv, std::ios::trunc) << kCsvHeader << '\n';
   }
+  ckpt.config(config_json(o, p, overrides));
   io::CheckpointManager manager(ckpt_dir, {.keep_last = 2});
   std::ofstream csv_out(csv, std::ios::app);
   KILN_CHECK(csv_out.good(), kOp, "cannot write {}", csv);
@@ -158,11 +178,19 @@ PPOJobResult run_ppo(const PPOJobOptions& o) {
     csv_out.flush();
     job.csv_bytes = int64_t(std::filesystem::file_size(csv));
     r.checkpoint = manager.save(ckpt, ppo.global_step());
+    folder.first_checkpoint_written();
   };
   int64_t this_process = 0;
-  while (!ppo.done() && (o.max_iterations == 0 || this_process < o.max_iterations)) {
+  train::SignalGuard signals;  // SIGINT/SIGTERM: finish the iteration, save, exit 130/143
+  while (!ppo.done() && (o.max_iterations == 0 || this_process < o.max_iterations) &&
+         train::SignalGuard::received() == 0) {
     rl::PPOStats s = ppo.iterate();
     ++this_process;
+    // A diverged update is not checkpointed: the run stops at it.
+    KILN_CHECK(std::isfinite(s.policy_loss) && std::isfinite(s.value_loss), kOp,
+               "non-finite loss at iteration {} (policy {}, value {}): training stopped there, and no checkpoint of "
+               "it was written; the last good checkpoint is {}",
+               s.iteration, s.policy_loss, s.value_loss, manager.latest().value_or("none (the run had not saved one)"));
     const double sps = double(rollout) / (s.collect_seconds + s.update_seconds);
     double eval_return = std::nan(""), eval_std = std::nan("");
     const bool evaluate = s.global_step >= job.next_eval || ppo.done();
@@ -185,7 +213,7 @@ PPOJobResult run_ppo(const PPOJobOptions& o) {
     fmt::print(csv_out, "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", s.iteration, s.global_step, elapsed(),
                s.learning_rate, s.episodes, cell(s.mean_return), cell(s.mean_length), s.policy_loss, s.value_loss,
                s.entropy, s.approx_kl, s.clipfrac, cell(s.explained_variance), sps, cell(eval_return), cell(eval_std));
-    if (evaluate || ppo.done() || this_process == o.max_iterations) {
+    if (evaluate || ppo.done() || this_process == o.max_iterations || train::SignalGuard::received() != 0) {
       job.seconds = elapsed();
       save();
     }
@@ -199,6 +227,10 @@ PPOJobResult run_ppo(const PPOJobOptions& o) {
   r.solved_step = job.solved_step;
   r.seconds = job.seconds;
   if (r.checkpoint.empty() && manager.latest()) r.checkpoint = *manager.latest();
+  r.signal = train::SignalGuard::received();
+  if (r.signal != 0)
+    fmt::print(log, "stopped by {} at iteration {}: resume with --resume (from {})\n",
+               train::SignalGuard::name(r.signal), r.iterations, r.checkpoint);
   if (ppo.done())
     fmt::print(log, "{} after {} steps in {:.1f} s: eval {:.1f} ± {:.1f}; {}\n", p.env, r.global_step, r.seconds,
                r.eval_return, r.eval_std,

@@ -9,6 +9,7 @@
 #include <iosfwd>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace kiln::app {
 
@@ -19,6 +20,8 @@ struct PPOJobOptions {
   int64_t envs = 0;              // training environments; 0: the preset's
   std::string out = "";          // metrics.csv and checkpoints/ go here; "": runs/ppo-<env>
   bool resume = false;           // continue from the newest checkpoint in out
+  bool overwrite = false;        // a new run may replace the run in out (moved aside until its first checkpoint)
+  std::vector<std::string> overrides = {};  // hyper-parameters a resume may change ("seed", ...; "all": any)
   int threads = 1;               // 1 by default: batch-8 forwards are faster on one core than split
   int64_t eval_every = 10'000;   // environment steps between evaluations and checkpoints (0: only at the end)
   int64_t eval_episodes = 10;    // episodes per evaluation (on as many environments)
@@ -36,9 +39,13 @@ struct PPOJobResult {
   double seconds = 0;            // training and evaluation time over the whole run, resumes included
   std::string checkpoint;        // the newest checkpoint
   std::string csv;               // the per-iteration log
+  int signal = 0;                // the SIGINT or SIGTERM that stopped the run early; 0: none
 };
 
-/// Runs the job; kiln::Error on bad options or a checkpoint that does not match.
+/// Runs the job; kiln::Error on bad options, a folder holding another run
+/// (without resume or overwrite), a checkpoint that does not match, or a
+/// non-finite loss. SIGINT and SIGTERM end it after the current iteration with
+/// a checkpoint (result.signal says which).
 PPOJobResult run_ppo(const PPOJobOptions& options);
 
 }  // namespace kiln::app

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <memory>
 
+#include "apps/kiln/run_folder.h"
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
 #include "kiln/io/checkpoint.h"
@@ -21,6 +22,7 @@
 #include "kiln/rl/evaluate.h"
 #include "kiln/rl/make_env.h"
 #include "kiln/rl/sac.h"
+#include "kiln/train/signal_guard.h"
 
 namespace kiln::app {
 
@@ -34,6 +36,21 @@ struct Recipe {
   std::string env_id;    // Gymnasium's
   int64_t total_steps, eval_every;
   double target;
+};
+
+// Steps between two looks at the signal flag: the largest divisor of
+// eval_every up to 250, so evaluations still fall on multiples of eval_every.
+int64_t poll_every(int64_t eval_every) {
+  for (int64_t d = std::min<int64_t>(eval_every, 250); d > 1; --d)
+    if (eval_every % d == 0) return d;
+  return 1;
+}
+
+// What a window of steps reports: where it ended and the episodes that ended in it.
+struct Window {
+  int64_t global_step;
+  int64_t episodes;
+  double mean_return;  // NaN when no episode ended
 };
 
 Recipe recipe(const std::string& algo) {
@@ -73,28 +90,31 @@ OffPolicyJobResult run_offpolicy(const OffPolicyJobOptions& o) {
   // One loop for both: learn(on_stats, every) and the deterministic policy.
   std::unique_ptr<rl::DQN> dqn;
   std::unique_ptr<rl::SAC> sac;
-  std::function<void(const std::function<bool(int64_t, double)>&)> learn;
+  std::function<void(const std::function<bool(const Window&)>&)> learn;
+  const int64_t poll = poll_every(eval_every);
   rl::Policy policy;
   if (o.algo == "dqn") {
     dqn = std::make_unique<rl::DQN>(*env, rl::DQNOptions{.total_timesteps = total, .seed = o.seed});
     dqn->checkpoint(ckpt);
     policy = dqn->greedy_policy();
-    learn = [&](const std::function<bool(int64_t, double)>& f) {
-      dqn->learn([&](const rl::DQNStats& s) { return f(s.global_step, s.mean_return); }, eval_every);
+    learn = [&](const std::function<bool(const Window&)>& f) {
+      dqn->learn([&](const rl::DQNStats& s) { return f({s.global_step, s.episodes, s.mean_return}); }, poll);
     };
   } else {
     sac = std::make_unique<rl::SAC>(*env, rl::SACOptions{.total_timesteps = total, .seed = o.seed});
     sac->checkpoint(ckpt);
     policy = sac->deterministic_policy();
-    learn = [&](const std::function<bool(int64_t, double)>& f) {
-      sac->learn([&](const rl::SACStats& s) { return f(s.global_step, s.mean_return); }, eval_every);
+    learn = [&](const std::function<bool(const Window&)>& f) {
+      sac->learn([&](const rl::SACStats& s) { return f({s.global_step, s.episodes, s.mean_return}); }, poll);
     };
   }
 
-  const std::filesystem::path out = o.out.empty() ? "runs/" + o.algo + "-" + rc.env_name : o.out;
+  // Locked for the whole run; a folder holding another run is refused unless
+  // --overwrite, which moves it aside until this run's first checkpoint.
+  RunFolder folder(op, o.out.empty() ? "runs/" + o.algo + "-" + rc.env_name : o.out, {.overwrite = o.overwrite});
+  const std::filesystem::path& out = folder.path();
   const std::string ckpt_dir = (out / "checkpoints").string();
-  std::filesystem::create_directories(out);
-  std::filesystem::remove_all(ckpt_dir);  // a new run in this folder replaces the previous one
+  folder.start(log);
   OffPolicyJobResult r;
   r.target_return = rc.target;
   r.csv = (out / "metrics.csv").string();
@@ -107,7 +127,22 @@ OffPolicyJobResult run_offpolicy(const OffPolicyJobOptions& o) {
              eval_every, o.eval_episodes, o.eval_episodes == 1 ? "" : "s", o.seed);
   const auto t0 = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  learn([&](int64_t step, double train_return) {
+  // The episodes that ended since the last evaluation (the windows are shorter).
+  double return_sum = 0;
+  int64_t episodes = 0, next_eval = eval_every;
+  train::SignalGuard signals;  // SIGINT/SIGTERM: save within `poll` steps, exit 130/143
+  learn([&](const Window& w) {
+    if (w.episodes > 0) {
+      return_sum += w.mean_return * double(w.episodes);
+      episodes += w.episodes;
+    }
+    const bool stop = train::SignalGuard::received() != 0;
+    if (w.global_step < next_eval && w.global_step < total && !stop) return true;
+    while (next_eval <= w.global_step) next_eval += eval_every;
+    const int64_t step = w.global_step;
+    const double train_return = episodes > 0 ? return_sum / double(episodes) : std::nan("");
+    return_sum = 0;
+    episodes = 0;
     const rl::EvaluationResult e = rl::evaluate_policy(policy, *eval_env, eval_options);
     r.global_step = step;
     r.eval_return = e.mean_return;
@@ -121,9 +156,14 @@ OffPolicyJobResult run_offpolicy(const OffPolicyJobOptions& o) {
                e.mean_return, e.std_return);
     csv.flush();
     r.checkpoint = manager.save(ckpt, step);
-    return true;
+    folder.first_checkpoint_written();
+    return !stop;
   });
   r.seconds = elapsed();
+  r.signal = train::SignalGuard::received();
+  if (r.signal != 0)
+    fmt::print(log, "stopped by {} at step {} (these jobs do not resume; the checkpoint {} holds the run)\n",
+               train::SignalGuard::name(r.signal), r.global_step, r.checkpoint);
   fmt::print(log, "{} after {} steps in {:.1f} s: eval {:.1f} ± {:.1f}; {}\n", rc.env_id, r.global_step, r.seconds,
              r.eval_return, r.eval_std,
              r.solved_step >= 0 ? fmt::format("first reached {} at step {}", rc.target, r.solved_step)

@@ -19,6 +19,7 @@ struct OffPolicyJobOptions {
   uint64_t seed = 1;             // parameters, exploration, replay sampling, resets
   int64_t total_steps = 0;       // environment steps; 0: 200k for DQN, 30k for SAC (the budgets)
   std::string out = "";          // metrics.csv and checkpoints/ go here; "": runs/<algo>-<env>
+  bool overwrite = false;        // a new run may replace the run in out (moved aside until its first checkpoint)
   int threads = 1;               // 1 by default: batch-1 steps and 256-row updates of small MLPs
   int64_t eval_every = 0;        // environment steps between evaluations (0: 10k for DQN, 2k for SAC)
   int64_t eval_episodes = 10;    // deterministic episodes per evaluation
@@ -34,9 +35,12 @@ struct OffPolicyJobResult {
   double seconds = 0;
   std::string checkpoint;        // the newest checkpoint
   std::string csv;               // one row per evaluation
+  int signal = 0;                // the SIGINT or SIGTERM that stopped the run early; 0: none
 };
 
-/// Runs the job; kiln::Error on bad options.
+/// Runs the job; kiln::Error on bad options or a folder holding another run
+/// (without overwrite: these jobs do not resume). SIGINT and SIGTERM end it
+/// within a few hundred steps with a checkpoint (result.signal says which).
 OffPolicyJobResult run_offpolicy(const OffPolicyJobOptions& options);
 
 }  // namespace kiln::app

@@ -1,19 +1,63 @@
 #include "kiln/train/steps.h"
 
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/loss.h"
+#include "kiln/ops/reduce.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/train/metrics.h"
 
 namespace kiln::train {
 
-void update(const Tensor& loss, optim::Optimizer& opt) {
+namespace {
+
+// Whether every value of `t` is finite. Called on every gradient of every
+// step, so the common case (contiguous f32) is one pass over the bits with no
+// op dispatch or allocation: an exponent of all ones is inf or NaN, and the
+// integer OR-reduction vectorises (a float one would not, without
+// -ffast-math).
+bool all_finite(const Tensor& t) {
+  if (t.dtype() != kF32 || !t.is_contiguous()) return all(isfinite(t)).item<bool>();
+  const float* x = t.data<float>();
+  constexpr uint32_t kExponent = 0x7f800000u;
+  uint32_t bad = 0;
+  for (int64_t i = 0, n = t.numel(); i < n; ++i)
+    bad |= uint32_t((std::bit_cast<uint32_t>(x[i]) & kExponent) == kExponent);
+  return bad == 0;
+}
+
+}  // namespace
+
+bool grads_finite(const optim::Optimizer& opt) {
+  for (size_t g = 0; g < opt.num_groups(); ++g)
+    for (const nn::Parameter& p : opt.params(g)) {
+      Tensor grad = p.grad();
+      if (grad.defined() && !all_finite(grad)) return false;
+    }
+  return true;
+}
+
+bool update(const Tensor& loss, optim::Optimizer& opt) {
+  if (!std::isfinite(loss.item<double>())) {
+    opt.zero_grad();
+    return false;
+  }
   loss.backward();
+  // A finite but huge loss can still overflow its gradients to inf, which
+  // Adam's moments would turn into NaN parameters.
+  if (!grads_finite(opt)) {
+    opt.zero_grad();
+    return false;
+  }
   opt.step();
   opt.zero_grad();
+  return true;
 }
 
 namespace {
@@ -32,9 +76,9 @@ int64_t count_positive(const Tensor& logits, bool positive) {
 StepResult classification_step(const Forward& forward, optim::Optimizer& opt, const data::Batch& batch) {
   Tensor logits = forward(batch.input);  // [B, C]
   Tensor loss = cross_entropy(logits, batch.target);
-  update(loss, opt);
+  const bool applied = update(loss, opt);
   // The predictions before the update, as Keras reports training accuracy.
-  return {loss.item<double>(), batch.size(), count_correct(logits.detach(), batch.target)};
+  return {loss.item<double>(), batch.size(), count_correct(logits.detach(), batch.target), applied};
 }
 
 StepResult classification_eval(const Forward& forward, const data::Batch& batch) {
@@ -45,8 +89,8 @@ StepResult classification_eval(const Forward& forward, const data::Batch& batch)
 
 StepResult regression_step(const Forward& forward, optim::Optimizer& opt, const data::Batch& batch) {
   Tensor loss = mse_loss(forward(batch.input), batch.target);
-  update(loss, opt);
-  return {loss.item<double>(), batch.size()};
+  const bool applied = update(loss, opt);
+  return {loss.item<double>(), batch.size(), -1, applied};
 }
 
 StepResult regression_eval(const Forward& forward, const data::Batch& batch) {
@@ -56,8 +100,8 @@ StepResult regression_eval(const Forward& forward, const data::Batch& batch) {
 
 StepResult autoencoder_step(const Forward& forward, optim::Optimizer& opt, const data::Batch& batch) {
   Tensor loss = mse_loss(forward(batch.input), batch.input);
-  update(loss, opt);
-  return {loss.item<double>(), batch.size()};
+  const bool applied = update(loss, opt);
+  return {loss.item<double>(), batch.size(), -1, applied};
 }
 
 StepResult autoencoder_eval(const Forward& forward, const data::Batch& batch) {
@@ -74,18 +118,18 @@ StepResult gan_discriminator_step(const Forward& generator, const Forward& discr
              "discriminator logits must be f32, got {}", name(real_logits.dtype()));
   Tensor loss = add(binary_cross_entropy_with_logits(real_logits, ones_like(real_logits)),
                     binary_cross_entropy_with_logits(fake_logits, zeros_like(fake_logits)));
-  update(loss, d_opt);
+  const bool applied = update(loss, d_opt);
   int64_t correct = count_positive(real_logits.detach(), true) + count_positive(fake_logits.detach(), false);
-  return {loss.item<double>(), real.size(0) + noise.size(0), correct};
+  return {loss.item<double>(), real.size(0) + noise.size(0), correct, applied};
 }
 
 StepResult gan_generator_step(const Forward& generator, const Forward& discriminator, optim::Optimizer& g_opt,
                               nn::Module& discriminator_module, const Tensor& noise) {
   Tensor fake_logits = discriminator(generator(noise));
   Tensor loss = binary_cross_entropy_with_logits(fake_logits, ones_like(fake_logits));
-  update(loss, g_opt);
+  const bool applied = update(loss, g_opt);
   discriminator_module.zero_grad();  // the discriminator's gradients of this phase are not applied
-  return {loss.item<double>(), noise.size(0)};
+  return {loss.item<double>(), noise.size(0), -1, applied};
 }
 
 }  // namespace kiln::train

@@ -25,6 +25,21 @@ std::string shortest(double v) { return fmt::format("{}", v); }
 
 }  // namespace
 
+NonFiniteLoss::NonFiniteLoss(double loss, int64_t step, int64_t epoch)
+    : Error("Trainer",
+            fmt::format("non-finite {} at step {} (epoch {}): training stopped before the step was counted, and no "
+                        "checkpoint of it was written (RunOptions::on_nan = OnNan::skip skips such steps)",
+                        std::isfinite(loss) ? fmt::format("gradients (loss {})", loss) : fmt::format("loss {}", loss),
+                        step, epoch + 1),
+            __FILE__, __LINE__),
+      loss_(loss),
+      step_(step),
+      epoch_(epoch) {}
+
+std::string NonFiniteLoss::what_was_not_finite() const {
+  return std::isfinite(loss_) ? fmt::format("gradients (loss {})", loss_) : fmt::format("loss {}", loss_);
+}
+
 const char* to_string(RunState state) {
   switch (state) {
     case RunState::idle: return "idle";
@@ -148,15 +163,28 @@ io::Checkpoint Trainer::checkpoint() {
 void Trainer::step_once(const data::Batch& batch) {
   for (auto& cb : callbacks_) cb->on_step_begin(*this);
   StepResult r = task_->training_step(batch);
+  const bool finite = std::isfinite(r.loss) && r.applied;
+  // Thrown before the step is counted: no callback sees it, so nothing of it
+  // is logged as progress or checkpointed.
+  if (!finite && run_.on_nan == OnNan::stop) throw NonFiniteLoss(r.loss, progress_.global_step + 1, progress_.epoch);
   ++progress_.global_step;
   ++progress_.step_in_epoch;
   ++epoch_.steps;
-  epoch_.count += r.count;
-  epoch_.loss_sum += r.loss * double(r.count);
-  epoch_.last_loss = r.loss;
-  if (r.correct >= 0) {
-    epoch_.correct += r.correct;
-    epoch_.classified += r.count;
+  if (finite) {
+    epoch_.count += r.count;
+    epoch_.loss_sum += r.loss * double(r.count);
+    epoch_.last_loss = r.loss;
+    if (r.correct >= 0) {
+      epoch_.correct += r.correct;
+      epoch_.classified += r.count;
+    }
+  } else {
+    // OnNan::skip: the step consumed its batch and the schedules advance, but
+    // its loss stays out of the epoch's means.
+    ++skipped_steps_;
+    *out_ << fmt::format("step {}: {} {}, step skipped (on_nan = skip)\n", progress_.global_step,
+                         r.applied ? "loss" : "non-finite gradients, loss", r.loss)
+          << std::flush;
   }
   logs_["loss"] = r.loss;
   for (auto& cb : callbacks_) cb->on_step_end(*this, r);
@@ -185,6 +213,7 @@ History Trainer::fit(Task& task, data::DataLoader& train, const std::string& res
   epoch_ = {};
   logs_.clear();
   stop_ = false;
+  skipped_steps_ = 0;
   epoch_label_.reset();
   paused_total_ = epoch_paused_ = 0;
   pause_depth_ = 0;

@@ -51,6 +51,10 @@ TEST(FashionMnistJob, Errors) {
   EXPECT_KILN_ERROR(train_fashion_mnist({.model = "vit", .log = &log}), "--model must be cnn or mlp, got 'vit'");
   EXPECT_KILN_ERROR(train_fashion_mnist({.data = "/nonexistent", .log = &log}), "dataset-fashion-mnist");
   std::string dir = kiln::testing::fresh_dir();
+  // A file where the folder belongs is named as such (it read "...gz not found").
+  kiln::testing::write_bytes(dir + "/train-images-idx3-ubyte.gz", "x");
+  EXPECT_KILN_ERROR(train_fashion_mnist({.data = dir + "/train-images-idx3-ubyte.gz", .log = &log}),
+                    "--data " + dir + "/train-images-idx3-ubyte.gz is a file: give the folder that holds the IDX files");
   EXPECT_KILN_ERROR(train_fashion_mnist({.out = dir, .resume = "latest", .log = &log}), "no checkpoint in");
   std::filesystem::remove_all(dir);
 }

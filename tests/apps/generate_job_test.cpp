@@ -42,7 +42,8 @@ TEST(GenerateJob, StreamsSeededText) {
                     "[kiln generate] --prompt: ");
   EXPECT_KILN_ERROR(generate_text({.checkpoint = dir + "/run", .prompt = "", .out = &out3}), "--prompt must not be empty");
   EXPECT_KILN_ERROR(generate_text({.checkpoint = dir + "/none", .out = &out3}), "no such file or folder");
-  EXPECT_KILN_ERROR(generate_text({.checkpoint = dir + "/run", .prompt = "R", .top_p = 0, .out = &out3}), "top_p");
+  EXPECT_KILN_ERROR(generate_text({.checkpoint = dir + "/run", .prompt = "R", .top_p = 0, .out = &out3}),
+                    "--top-p must be in (0, 1], got 0");
   std::filesystem::remove_all(dir);
 }
 

@@ -126,7 +126,12 @@ TEST(RlPpoJob, Errors) {
 
   // A checkpoint of 2 environments does not resume with 4, nor as Pendulum.
   run_ppo({.total_steps = 512, .envs = 2, .out = dir, .eval_episodes = 1, .log = &log});
+  // The config names the changed flag first; accepted with --override, the
+  // rollout state still cannot take 4 environments.
   EXPECT_KILN_ERROR(run_ppo({.total_steps = 1024, .envs = 4, .out = dir, .resume = true, .log = &log}),
+                    "the checkpoint was trained with envs 2, this run asks for 4 (--envs)");
+  EXPECT_KILN_ERROR(run_ppo({.total_steps = 1024, .envs = 4, .out = dir, .resume = true,
+                             .overrides = {"envs", "total-steps"}, .log = &log}),
                     "the state is of 2 environments x 32 steps, this PPO runs 4 x 32");
   EXPECT_KILN_ERROR(
       run_ppo({.env = "pendulum", .total_steps = 1024, .envs = 2, .out = dir, .resume = true, .log = &log}),

@@ -14,7 +14,14 @@
 namespace kiln::train {
 
 /// The tail of every training step: loss.backward(), opt.step(), opt.zero_grad().
-void update(const Tensor& loss, optim::Optimizer& opt);
+/// A NaN or infinite loss, or gradient, is not applied (as mixed-precision
+/// grad scalers skip an overflowed step): the gradients are cleared and false
+/// returned, so that the Trainer can stop the run or skip the step
+/// (RunOptions::on_nan, StepResult::applied) with the parameters intact.
+bool update(const Tensor& loss, optim::Optimizer& opt);
+
+/// Whether every gradient `opt` would apply is finite (undefined ones are skipped).
+bool grads_finite(const optim::Optimizer& opt);
 
 /// Cross entropy of forward(input) [B, C] against target [B] (class indices).
 StepResult classification_step(const Forward& forward, optim::Optimizer& opt, const data::Batch& batch);

@@ -36,11 +36,14 @@ namespace kiln::train {
 
 // What a step measured. loss is the batch mean; count the samples it covers
 // (the weight of loss in epoch means); correct the correctly classified ones,
-// or -1 when the step does not classify (then no accuracy is shown).
+// or -1 when the step does not classify (then no accuracy is shown); applied
+// false when the step did not apply its update because a gradient was NaN or
+// infinite (train::update), which the Trainer treats as a non-finite loss.
 struct StepResult {
   double loss = std::numeric_limits<double>::quiet_NaN();
   int64_t count = 0;
   int64_t correct = -1;
+  bool applied = true;
 };
 
 // The model's forward pass, input -> output.

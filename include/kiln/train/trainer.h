@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/error.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/train/callback.h"
 #include "kiln/train/task.h"
@@ -40,12 +41,42 @@ enum class RunState { idle, running, paused, stopping, completed, failed };
 /// "idle", "running", "paused", "stopping", "completed", "failed".
 const char* to_string(RunState state);
 
+/// What fit() does with a step whose loss is NaN or infinite (or whose
+/// gradients were, StepResult::applied false).
+///   stop: end the run with NonFiniteLoss before the step is counted (Keras'
+///         TerminateOnNaN, on by default): no callback sees the step, so no
+///         checkpoint of it is written, and the run ends as failed.
+///   skip: count the step (the batch is consumed, schedules advance) but leave
+///         it out of the epoch's loss and accuracy, as mixed-precision grad
+///         scalers skip an overflowed step. Only sound when the step did not
+///         apply its update: the reference steps (train::update) and the
+///         kiln jobs' steps check the loss before backward.
+enum class OnNan { stop, skip };
+
+/// Thrown by fit() under OnNan::stop: the step's loss was NaN or infinite,
+/// or (finite loss) its gradients were and the step did not apply them.
+class NonFiniteLoss : public Error {
+ public:
+  /// step: the 1-based global step whose loss was `loss`; epoch: 0-based.
+  NonFiniteLoss(double loss, int64_t step, int64_t epoch);
+  /// What was not finite, e.g. "loss nan" or "gradients (loss 3.2e+30)".
+  std::string what_was_not_finite() const;
+  double loss() const { return loss_; }
+  int64_t step() const { return step_; }
+  int64_t epoch() const { return epoch_; }
+
+ private:
+  double loss_;
+  int64_t step_, epoch_;
+};
+
 struct RunOptions {
   int64_t max_steps = 0;          // stop after this many optimizer steps in all; 0: no limit
   int64_t tokens_per_sample = 0;  // sequence length, for token/s in the summary; 0: not a sequence workload
   std::ostream* out = nullptr;    // where callbacks print; nullptr: std::cout
   std::optional<bool> tty = {};   // whether out is a terminal; default: isatty(1) for std::cout, else false
   std::string config = "{}";      // JSON object saved in checkpoints (kiln.config)
+  OnNan on_nan = OnNan::stop;     // a step with a NaN or infinite loss: end the run, or skip the step
 };
 
 // Sums over the steps of the epoch in progress.
@@ -102,6 +133,8 @@ class Trainer {
   /// called from on_epoch_end).
   void request_stop();
   bool stop_requested() const { return stop_; }
+  /// Steps skipped for a non-finite loss (OnNan::skip) since fit() began.
+  int64_t skipped_steps() const { return skipped_steps_; }
 
   /// Training seconds since fit() began and since this epoch began, without
   /// the time spent under pause_clock() (validation, a paused run).
@@ -148,6 +181,7 @@ class Trainer {
   std::map<std::string, double> logs_;
   RunState state_ = RunState::idle;
   bool stop_ = false;
+  int64_t skipped_steps_ = 0;
   std::optional<std::pair<int64_t, int64_t>> epoch_label_;
 
   double fit_start_ = 0, epoch_start_ = 0;  // steady-clock seconds

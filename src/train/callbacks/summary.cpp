@@ -27,6 +27,7 @@ void Summary::on_train_begin(Trainer& trainer) {
 }
 
 void Summary::on_step_end(Trainer& trainer, const StepResult& step) {
+  if (!std::isfinite(step.loss)) return;  // a step skipped for its loss (OnNan::skip) was not applied
   if (steps_ == 0) initial_loss_ = step.loss;
   final_loss_ = step.loss;
   loss_sum_ += step.loss;
