@@ -7,21 +7,18 @@
 namespace kiln {
 
 int64_t checked_numel(const char* op, std::span<const int64_t> shape) {
-  // strided = product of max(size, 1): the largest stride plus one, which must
-  // fit even when a zero size makes numel 0.
-  int64_t strided = 1;
+  // nonzero: the product of the non-zero sizes, what the strides reach; it
+  // must fit even when a zero size makes the tensor empty.
+  int64_t nonzero = 1;
   bool empty = false;
   for (int64_t d : shape) {
     KILN_CHECK(d >= 0, op, "negative size {} in shape {}", d, to_string(shape));
-    if (d == 0)
-      empty = true;
-    else
-      KILN_CHECK(!__builtin_mul_overflow(strided, d, &strided), op, "shape {} has more than 2^63 elements{}",
-                 to_string(shape),
-                 std::find(shape.begin(), shape.end(), 0) != shape.end() ? " in its non-zero dims (strides overflow)"
-                                                                         : "");
+    empty = empty || d == 0;
+    if (d != 0 && __builtin_mul_overflow(nonzero, d, &nonzero))
+      KILN_FAIL(op, "shape {} has more than 2^63 elements{}", to_string(shape),
+                std::find(shape.begin(), shape.end(), 0) != shape.end() ? " in its non-zero dims (strides overflow)" : "");
   }
-  return empty ? 0 : strided;
+  return empty ? 0 : nonzero;
 }
 
 Strides contiguous_strides(std::span<const int64_t> shape) {
