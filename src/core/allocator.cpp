@@ -44,8 +44,8 @@ Cache& cache() {
 namespace detail {
 
 void* cpu_allocate(size_t nbytes) {
-  KILN_CHECK(nbytes <= kMaxBytes, kAllocateOp, "out of memory: {} bytes requested, more than the 2^62 any block may have",
-             nbytes);
+  KILN_CHECK(nbytes <= kMaxBytes, kAllocateOp,
+             "out of memory: {} bytes requested, more than the 2^62 any block may have", nbytes);
   const size_t cls = size_class(nbytes);
   Cache& c = cache();
   auto count = [&c, cls] {  // with c.mu held

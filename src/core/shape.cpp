@@ -16,7 +16,8 @@ int64_t checked_numel(const char* op, std::span<const int64_t> shape) {
     empty = empty || d == 0;
     if (d != 0 && __builtin_mul_overflow(nonzero, d, &nonzero))
       KILN_FAIL(op, "shape {} has more than 2^63 elements{}", to_string(shape),
-                std::find(shape.begin(), shape.end(), 0) != shape.end() ? " in its non-zero dims (strides overflow)" : "");
+                std::find(shape.begin(), shape.end(), 0) != shape.end() ? " in its non-zero dims (strides overflow)"
+                                                                        : "");
   }
   return empty ? 0 : nonzero;
 }

@@ -29,7 +29,9 @@ int64_t checked_nbytes(const char* op, std::span<const int64_t> shape, DType dty
   return bytes;
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) { return empty_for("empty", shape, dtype, device); }
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  return empty_for("empty", shape, dtype, device);
+}
 
 Tensor empty_for(const char* op, const Shape& shape, DType dtype, Device device) {
   const int64_t nbytes = checked_nbytes(op, shape, dtype);

@@ -111,7 +111,8 @@ struct Reader {
 
 }  // namespace
 
-std::map<std::string, std::string> to_metadata(const CheckpointMeta& meta, const std::vector<TensorSignature>& tensors) {
+std::map<std::string, std::string> to_metadata(const CheckpointMeta& meta,
+                                               const std::vector<TensorSignature>& tensors) {
   std::map<std::string, std::string> out;
   out["format"] = "pt";  // what Hugging Face tools expect of a PyTorch-layout file
   out[kVersion] = std::to_string(kFormatVersion);

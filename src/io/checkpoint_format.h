@@ -43,7 +43,8 @@ struct CheckpointMeta {
 
 /// The metadata entries of `meta`, "kiln."-prefixed, plus "format": "pt" and
 /// the header checksum over them and the file's `tensors`.
-std::map<std::string, std::string> to_metadata(const CheckpointMeta& meta, const std::vector<TensorSignature>& tensors);
+std::map<std::string, std::string> to_metadata(const CheckpointMeta& meta,
+                                               const std::vector<TensorSignature>& tensors);
 
 /// Parses and checks the kiln entries of a validated header: every entry well
 /// formed, (for kiln files) a checksum for exactly the header's tensors, and

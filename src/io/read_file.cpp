@@ -16,7 +16,8 @@ namespace kiln::io {
 
 std::string read_file(const char* op, const std::string& path, int64_t max_bytes, const char* what) {
   const auto too_large = [&] {
-    KILN_FAIL(op, "cannot read {}: it is larger than the {} ({} bytes) limit of {}", path, format_bytes(max_bytes), max_bytes, what);
+    KILN_FAIL(op, "cannot read {}: it is larger than the {} ({} bytes) limit of {}", path, format_bytes(max_bytes),
+              max_bytes, what);
   };
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
