@@ -1,13 +1,16 @@
 // The caching CPU allocator. Blocks are rounded up to a size class (powers of
 // two up to 1 MiB, then whole MiBs) and kept on a free list per class when
-// returned, so steady-state training never reaches malloc.
+// returned, so steady-state training never reaches malloc. A block the
+// system refuses is a kiln::Error "[allocate] out of memory: ..." (size_check.h).
 #include "kiln/core/allocator.h"
 
 #include <cstdlib>
 #include <mutex>
-#include <new>
 #include <unordered_map>
 #include <vector>
+
+#include "kiln/core/error.h"
+#include "kiln/core/size_check.h"
 
 namespace kiln {
 
@@ -15,6 +18,9 @@ namespace {
 
 constexpr size_t kAlign = 64;
 constexpr size_t kMiB = size_t(1) << 20;
+// No block is larger: keeps size_class's rounding far from overflow, and is
+// beyond any machine's memory anyway.
+constexpr size_t kMaxBytes = size_t(1) << 62;
 
 size_t size_class(size_t n) {
   if (n <= kAlign) return kAlign;
@@ -38,32 +44,37 @@ Cache& cache() {
 namespace detail {
 
 void* cpu_allocate(size_t nbytes) {
-  size_t cls = size_class(nbytes);
+  KILN_CHECK(nbytes <= kMaxBytes, kAllocateOp,
+             "out of memory: {} bytes requested, more than the 2^62 any block may have", nbytes);
+  const size_t cls = size_class(nbytes);
   Cache& c = cache();
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
+  auto count = [&c, cls] {  // with c.mu held
     ++c.stats.alloc_count;
     c.stats.current_bytes += int64_t(cls);
     if (c.stats.current_bytes > c.stats.peak_bytes) c.stats.peak_bytes = c.stats.current_bytes;
+  };
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
     auto it = c.free.find(cls);
     if (it != c.free.end() && !it->second.empty()) {
       void* p = it->second.back();
       it->second.pop_back();
       c.stats.cached_bytes -= int64_t(cls);
+      count();
       return p;
     }
-    ++c.stats.malloc_count;
   }
   void* p = std::aligned_alloc(kAlign, cls);
   if (!p) {
     empty_cache();
     p = std::aligned_alloc(kAlign, cls);
   }
-  if (!p) {
-    std::lock_guard<std::mutex> lock(c.mu);
-    c.stats.current_bytes -= int64_t(cls);
-    throw std::bad_alloc();
-  }
+  // A refused block changes no counter, so peak_bytes stays what was really held.
+  KILN_CHECK(p != nullptr, kAllocateOp, "out of memory: the system refused a block of {} bytes ({})", cls,
+             format_bytes(int64_t(cls)));
+  std::lock_guard<std::mutex> lock(c.mu);
+  ++c.stats.malloc_count;
+  count();
   return p;
 }
 
@@ -78,6 +89,17 @@ void cpu_deallocate(void* ptr, size_t nbytes) {
 }
 
 }  // namespace detail
+
+std::string format_bytes(int64_t nbytes) {
+  static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = double(nbytes);
+  int u = 0;
+  while (v >= 1024 && u < 6) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} bytes", nbytes) : fmt::format("{:.3g} {}", v, kUnits[u]);
+}
 
 MemoryStats memory_stats() {
   Cache& c = cache();

@@ -6,12 +6,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <mutex>
 #include <string>
+
+#include "kiln/core/error.h"
 
 namespace kiln {
 
@@ -32,12 +36,26 @@ int cgroup_cpu_limit() {
   return 0;
 }
 
+// KILN_NUM_THREADS when it is a whole number >= 1, at most available_cpus();
+// anything else is ignored. Either way with one line on stderr.
 int initial_threads() {
-  if (const char* env = std::getenv("KILN_NUM_THREADS")) {
-    int n = std::atoi(env);
-    if (n > 0) return n;
+  const int cpus = available_cpus();
+  const char* env = std::getenv("KILN_NUM_THREADS");
+  if (!env) return cpus;
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(env, &end, 10);
+  if (end == env || *end != '\0' || errno == ERANGE || n < 1) {
+    std::fprintf(stderr, "kiln: ignoring KILN_NUM_THREADS='%s': not a whole number of threads >= 1; using %d\n", env,
+                 cpus);
+    return cpus;
   }
-  return available_cpus();
+  if (n > cpus) {
+    std::fprintf(stderr, "kiln: KILN_NUM_THREADS=%lld is more than the %d CPUs this process may use; using %d\n", n,
+                 cpus, cpus);
+    return cpus;
+  }
+  return int(n);
 }
 
 std::atomic<int>& thread_count() {
@@ -137,7 +155,14 @@ int available_cpus() {
 }
 
 void set_num_threads(int n) {
-  n = std::max(n, 1);
+  KILN_CHECK(n >= 1, "set_num_threads", "the thread count must be at least 1, got {}", n);
+  // More threads than CPUs only adds contention, and very many crash OpenMP.
+  if (const int cpus = available_cpus(); n > cpus) {
+    static std::atomic<bool> told{false};
+    if (!told.exchange(true))
+      std::fprintf(stderr, "kiln: %d threads is more than the %d CPUs this process may use; using %d\n", n, cpus, cpus);
+    n = cpus;
+  }
   thread_count().store(n, std::memory_order_relaxed);
   adaptive().store(false, std::memory_order_relaxed);
   omp_set_num_threads(n);  // the calling thread's count, which oneDNN reads

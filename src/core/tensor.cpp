@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "kiln/core/grad_mode.h"
+#include "kiln/core/size_check.h"
 
 namespace kiln {
 
@@ -21,9 +22,27 @@ AutogradMeta& TensorImpl::autograd_meta() {
   return *autograd;
 }
 
+int64_t checked_nbytes(const char* op, std::span<const int64_t> shape, DType dtype) {
+  int64_t bytes = 0;
+  KILN_CHECK(!__builtin_mul_overflow(checked_numel(op, shape), kiln::itemsize(dtype), &bytes), op,
+             "shape {} of {} has more than 2^63 bytes", to_string(shape), name(dtype));
+  return bytes;
+}
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t d : shape) KILN_CHECK(d >= 0, "empty", "negative dimension in shape {}", to_string(shape));
-  auto storage = std::make_shared<Storage>(size_t(kiln::numel(shape) * kiln::itemsize(dtype)), device);
+  return empty_for("empty", shape, dtype, device);
+}
+
+Tensor empty_for(const char* op, const Shape& shape, DType dtype, Device device) {
+  const int64_t nbytes = checked_nbytes(op, shape, dtype);
+  std::shared_ptr<Storage> storage;
+  try {
+    storage = std::make_shared<Storage>(size_t(nbytes), device);
+  } catch (const Error& e) {
+    if (e.op() != detail::kAllocateOp) throw;
+    KILN_FAIL(op, "cannot allocate {} bytes ({}) for shape {} of {}: out of memory", nbytes,
+              format_bytes(nbytes), to_string(shape), name(dtype));
+  }
   return Tensor(std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape), 0, dtype));
 }
 

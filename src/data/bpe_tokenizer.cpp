@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "kiln/core/error.h"
+#include "kiln/io/read_file.h"
 #include "src/data/text_util.h"
 #include "src/data/tokenizer_json.h"
 #include "src/io/crc32c.h"
@@ -276,7 +277,7 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json) { return only_bpe({"
 
 BpeTokenizer BpeTokenizer::load(const std::string& path) {
   constexpr const char* op = "BpeTokenizer.load";
-  return only_bpe({op, path}, detail::read_file(op, path));
+  return only_bpe({op, path}, io::read_file(op, path, io::kMaxJsonBytes, "a tokenizer JSON file"));
 }
 
 }  // namespace kiln::data

@@ -50,6 +50,7 @@ struct DataLoader::Impl {
   Impl(const Dataset& dataset, const DataLoaderOptions& options, int64_t batches)
       : dataset(dataset),
         batch_size(options.batch_size),
+        rows(std::min(options.batch_size, dataset.size())),
         prefetch(options.prefetch),
         batches(batches),
         sampler(dataset.size(), options.shuffle, options.seed),
@@ -57,6 +58,7 @@ struct DataLoader::Impl {
 
   const Dataset& dataset;
   const int64_t batch_size;
+  const int64_t rows;  // of each buffer: min(batch_size, N), as no batch holds more (a huge batch_size allocates N)
   const int prefetch;
   const int64_t batches;  // per epoch
   Sampler sampler;        // this epoch's order; its own cursor stays 0, position is ours
@@ -92,11 +94,10 @@ struct DataLoader::Impl {
   }
 
   Batch new_buffer() {
-    return {allocate_rows(batch_size, in_row, in_dtype),
-            has_target ? allocate_rows(batch_size, tgt_row, tgt_dtype) : Tensor()};
+    return {allocate_rows(rows, in_row, in_dtype), has_target ? allocate_rows(rows, tgt_row, tgt_dtype) : Tensor()};
   }
 
-  // A full [batch_size, ...] buffer nobody else references (NOTE [DataLoader buffers]).
+  // A full [rows, ...] buffer nobody else references (NOTE [DataLoader buffers]).
   Batch& acquire() {
     const size_t ring = size_t(prefetch) + 2;
     if (pool.empty()) {
@@ -154,7 +155,7 @@ struct DataLoader::Impl {
       shaped = true;
     }
     Batch& buffer = acquire();
-    Batch out = n == batch_size ? buffer : Batch{narrow_rows(buffer.input, n), narrow_rows(buffer.target, n)};
+    Batch out = n == rows ? buffer : Batch{narrow_rows(buffer.input, n), narrow_rows(buffer.target, n)};
     dataset.gather(std::span<const int64_t>(order.data() + start, size_t(n)), out);
     return out;
   }
@@ -235,7 +236,7 @@ struct DataLoader::Impl {
 namespace {
 
 int64_t batches_per_epoch(int64_t n, int64_t batch_size, bool drop_last) {
-  return drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
+  return n / batch_size + (!drop_last && n % batch_size != 0);  // not (n + B - 1) / B: B may be near 2^63
 }
 
 }  // namespace

@@ -123,6 +123,11 @@ std::shared_ptr<Storage> huge_page_storage(size_t nbytes) {
 // images [n, 1, 28, 28] u8, labels [n] i64.
 std::pair<Tensor, Tensor> load(const std::string& root, bool train, int64_t limit) {
   KILN_CHECK(limit >= 0, kOp, "limit must be non-negative (0: all), got {}", limit);
+  std::error_code ec;
+  KILN_CHECK(!std::filesystem::exists(root, ec) || std::filesystem::is_directory(root, ec), kOp,
+             "{} is a file, not a folder: pass the folder holding the four IDX files ({}, {}, {}, {})", root,
+             "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+             "t10k-labels-idx1-ubyte.gz");
   const std::string images_path = join(root, train ? "train-images-idx3-ubyte.gz" : "t10k-images-idx3-ubyte.gz");
   const std::string labels_path = join(root, train ? "train-labels-idx1-ubyte.gz" : "t10k-labels-idx1-ubyte.gz");
   GzReader images(images_path), labels(labels_path);
@@ -132,6 +137,13 @@ std::pair<Tensor, Tensor> load(const std::string& root, bool train, int64_t limi
              lh.count);
   const bool all = limit == 0 || limit >= int64_t(ih.count);
   const int64_t n = all ? int64_t(ih.count) : limit;
+  // A damaged count must not size the tensors: deflate expands at most ~1032
+  // times, so a file holds no more than that many bytes per compressed byte.
+  for (const auto& [path, bytes] : {std::pair{&images_path, n * kSide * kSide}, std::pair{&labels_path, n}}) {
+    const int64_t most = 1032 * int64_t(std::filesystem::file_size(*path)) + 1024;
+    KILN_CHECK(bytes <= most, kOp, "{}: its header announces {} examples ({} bytes), more than a file of its size "
+               "can hold: the header is damaged", *path, n, bytes);
+  }
 
   // Pixels are inflated straight into the tensor (most of the time: ~0.3 s for
   // the 26 MB training file); the whole file when all are kept, so a count

@@ -1,13 +1,8 @@
 // Whole-file reads, strict UTF-8 and tensor ids for src/data/text.cpp and the tokenizers.
 #include "src/data/text_util.h"
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
 #include "kiln/core/error.h"
+#include "kiln/io/read_file.h"
 
 namespace kiln::data::detail {
 namespace {
@@ -45,14 +40,7 @@ int32_t next_code_point(std::string_view s, size_t& i) {
 }  // namespace
 
 std::string read_file(const char* op, const std::string& path) {
-  std::error_code ec;
-  KILN_CHECK(std::filesystem::exists(path, ec), op, "cannot read {}: no such file", path);
-  KILN_CHECK(!std::filesystem::is_directory(path, ec), op, "cannot read {}: it is a folder", path);
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in.good(), op, "cannot read {}: {}", path, std::strerror(errno));
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return std::move(bytes).str();
+  return io::read_file(op, path, io::kMaxTextBytes, "a text data set");
 }
 
 std::vector<char32_t> decode_utf8(const char* op, std::string_view text, std::string_view where) {

@@ -12,7 +12,8 @@
 
 namespace kiln::data::detail {
 
-/// The bytes of `path`; a missing or unreadable file is "[op] cannot read <path>: <reason>".
+/// The bytes of a text file, at most io::kMaxTextBytes (1 GiB); a missing,
+/// unreadable or larger file is "[op] cannot read <path>: <reason>".
 std::string read_file(const char* op, const std::string& path);
 
 /// The code points of UTF-8 `text` (strict, RFC 3629: no stray continuation

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 
+#include "kiln/io/read_file.h"
 #include "src/data/text_util.h"
 #include "src/data/tokenizer_json.h"
 #include "src/io/atomic_file.h"
@@ -138,7 +139,8 @@ json TokenizerJsonReader::parse(std::string_view text, std::string& type) const 
   else if (type == "bpe") keys = {"pretokenizer", "vocab_size", "merges", "crc32c"};
   else if (type != "byte") fail("unknown tokenizer type \"{}\" (byte, char or bpe)", type);
   for (const char* k : keys) field(j, k);
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();  // not a structured binding: clang 14 (the fuzz build) cannot capture one
     const bool known = key == "format" || key == "version" || key == "type" ||
                        std::any_of(keys.begin(), keys.end(), [&](const char* k) { return key == k; });
     if (!known) fail("unexpected key \"{}\" in a {} tokenizer", key, type);
@@ -189,7 +191,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_json(std::string_view json) {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   constexpr const char* op = "load_tokenizer";
-  return detail::from_json({op, path}, detail::read_file(op, path));
+  return detail::from_json({op, path}, io::read_file(op, path, io::kMaxJsonBytes, "a tokenizer JSON file"));
 }
 
 }  // namespace kiln::data

@@ -223,7 +223,9 @@ void Checkpoint::save(const std::string& path) const {
     Tensor c = value.contiguous();
     meta.crc32c[key] = crc32c(c.data_ptr(), size_t(c.nbytes()));
   }
-  save_safetensors(path, tensors, detail::to_metadata(meta));
+  std::vector<detail::TensorSignature> signatures;
+  for (const auto& [key, value] : tensors) signatures.push_back({key, value.dtype(), value.shape()});
+  save_safetensors(path, tensors, detail::to_metadata(meta, signatures));
 }
 
 void Checkpoint::load(const std::string& path) {

@@ -3,7 +3,10 @@
 // that is wrong, before any object is touched.
 #include "src/io/checkpoint_format.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +29,44 @@ constexpr const char* kRngs = "kiln.rngs";
 constexpr const char* kGenerators = "kiln.generators";
 constexpr const char* kStates = "kiln.states";
 constexpr const char* kCrc = "kiln.crc32c";
+constexpr const char* kHeaderCrc = "kiln.header_crc32c";
+
+// NOTE [Header checksum]: "kiln.crc32c" covers each tensor's bytes, but not
+// the JSON around them: one edited digit ("epoch":0 -> 1) was accepted and
+// silently changed a resumed run (issue 23). Since version 2,
+// "kiln.header_crc32c" is the CRC32C of everything else the header says, in a
+// canonical form that does not depend on how the JSON was spaced or ordered:
+//   for each metadata entry but this one, in key order:  key \0 value \0
+//   then \1, then for each tensor, in name order:       name \0 dtype \0 d0,d1,.. \0
+// (dtype as kiln names it: f32, i64, ...). Offsets are left out: the per-tensor
+// checksums catch data moved between tensors. Version 1 files have no such
+// entry and are read as before; a version 1 file that has one was edited.
+uint32_t header_checksum(const std::map<std::string, std::string>& metadata, std::vector<TensorSignature> tensors) {
+  std::string text;
+  for (const auto& [k, v] : metadata) {
+    if (k == kHeaderCrc) continue;
+    text.append(k).push_back('\0');
+    text.append(v).push_back('\0');
+  }
+  text.push_back('\1');
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (const TensorSignature& t : tensors) {
+    text.append(t.name).push_back('\0');
+    text.append(name(t.dtype)).push_back('\0');
+    for (size_t i = 0; i < t.shape.size(); ++i) text.append(i ? "," : "").append(std::to_string(t.shape[i]));
+    text.push_back('\0');
+  }
+  return crc32c(text.data(), text.size());
+}
+
+/// 8 hex digits as written by fmt "{:08x}", else none.
+std::optional<uint32_t> parse_hex32(const std::string& s) {
+  if (s.size() != 8) return std::nullopt;
+  char* end = nullptr;
+  unsigned long v = std::strtoul(s.c_str(), &end, 16);
+  if (end != s.c_str() + 8 || !std::isxdigit(static_cast<unsigned char>(s[0]))) return std::nullopt;
+  return uint32_t(v);
+}
 
 /// Errors name the file and the metadata key: "[op] path: metadata 'kiln.rngs': ...".
 struct Reader {
@@ -70,7 +111,8 @@ struct Reader {
 
 }  // namespace
 
-std::map<std::string, std::string> to_metadata(const CheckpointMeta& meta) {
+std::map<std::string, std::string> to_metadata(const CheckpointMeta& meta,
+                                               const std::vector<TensorSignature>& tensors) {
   std::map<std::string, std::string> out;
   out["format"] = "pt";  // what Hugging Face tools expect of a PyTorch-layout file
   out[kVersion] = std::to_string(kFormatVersion);
@@ -103,6 +145,7 @@ std::map<std::string, std::string> to_metadata(const CheckpointMeta& meta) {
   Json crc = Json::object();
   for (const auto& [name, c] : meta.crc32c) crc[name] = fmt::format("{:08x}", c);
   out[kCrc] = crc.dump();
+  out[kHeaderCrc] = fmt::format("{:08x}", header_checksum(out, tensors));
   return out;
 }
 
@@ -118,10 +161,6 @@ CheckpointMeta parse_metadata(const char* op, const std::string& path, const Hea
     return meta;
   }
   Reader r{op, path, kVersion};
-  if (version->second != std::to_string(kFormatVersion))
-    r.fail("'{}' is not a format this kiln reads (it reads version {})", version->second, kFormatVersion);
-  meta.format_version = kFormatVersion;
-
   // Every other key must be there: a kiln writer always writes all of them.
   auto text = [&](const char* key) -> const std::string& {
     r.key = key;
@@ -129,6 +168,16 @@ CheckpointMeta parse_metadata(const char* op, const std::string& path, const Hea
     if (it == md.end()) r.fail("missing");
     return it->second;
   };
+  if (version->second == "1") {
+    if (md.count(kHeaderCrc)) r.fail("version 1 has no '{}', yet the file has one: it was edited", kHeaderCrc);
+    meta.format_version = 1;
+  } else if (version->second == std::to_string(kFormatVersion)) {
+    meta.format_version = kFormatVersion;
+    text(kHeaderCrc);  // present: checked last, once every entry is known to be well formed
+  } else {
+    r.fail("'{}' is not a format this kiln reads (it reads versions 1 and {})", version->second, kFormatVersion);
+  }
+
   if (md.count(kConfig)) {
     r.key = kConfig;
     r.parse(md.at(kConfig));
@@ -199,12 +248,9 @@ CheckpointMeta parse_metadata(const char* op, const std::string& path, const Hea
   {
     Json j = r.object(r.parse(text(kCrc)), "the value");
     for (const auto& [name, c] : j.items()) {
-      const std::string* s = c.is_string() ? &c.get_ref<const std::string&>() : nullptr;
-      char* end = nullptr;
-      unsigned long v = s && s->size() == 8 ? std::strtoul(s->c_str(), &end, 16) : 0;
-      if (!s || s->size() != 8 || end != s->c_str() + 8)
-        r.fail("tensor '{}': checksum {} is not 8 hex digits", name, brief(c));
-      meta.crc32c[name] = uint32_t(v);
+      std::optional<uint32_t> v = c.is_string() ? parse_hex32(c.get<std::string>()) : std::nullopt;
+      if (!v) r.fail("tensor '{}': checksum {} is not 8 hex digits", name, brief(c));
+      meta.crc32c[name] = *v;
     }
     std::set<std::string> names;
     for (const Entry& e : header.entries) {
@@ -213,6 +259,18 @@ CheckpointMeta parse_metadata(const char* op, const std::string& path, const Hea
     }
     for (const auto& [name, c] : meta.crc32c)
       if (!names.count(name)) r.fail("checksum for tensor '{}', which the file does not have", name);
+  }
+  if (meta.format_version >= 2) {
+    r.key = kHeaderCrc;
+    std::optional<uint32_t> expected = parse_hex32(md.at(kHeaderCrc));
+    if (!expected) r.fail("{} is not 8 hex digits", brief(Json(md.at(kHeaderCrc))));
+    std::vector<TensorSignature> tensors;
+    for (const Entry& e : header.entries) tensors.push_back({e.name, e.dtype->dtype, e.shape});
+    const uint32_t actual = header_checksum(md, std::move(tensors));
+    if (actual != *expected)
+      throw Error(op, fmt::format("{}: header checksum mismatch (CRC32C {:08x}, the header says {:08x}): its "
+                                  "metadata or tensor list was edited or damaged",
+                                  path, actual, *expected));
   }
   return meta;
 }

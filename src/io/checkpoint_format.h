@@ -16,7 +16,16 @@
 
 namespace kiln::io::detail {
 
-constexpr int64_t kFormatVersion = 1;
+// Version 2 added "kiln.header_crc32c" (NOTE [Header checksum]); version 1
+// files, written before it, are still read, without that check.
+constexpr int64_t kFormatVersion = 2;
+
+/// What the header checksum covers of one tensor besides its bytes.
+struct TensorSignature {
+  std::string name;
+  DType dtype;
+  Shape shape;
+};
 
 struct CheckpointMeta {
   int64_t format_version = 0;  // 0: no kiln metadata (a plain weights file)
@@ -32,11 +41,14 @@ struct CheckpointMeta {
   std::map<std::string, uint32_t> crc32c;  // tensor name -> checksum of its bytes in the file
 };
 
-/// The metadata entries of `meta`, "kiln."-prefixed, plus "format": "pt".
-std::map<std::string, std::string> to_metadata(const CheckpointMeta& meta);
+/// The metadata entries of `meta`, "kiln."-prefixed, plus "format": "pt" and
+/// the header checksum over them and the file's `tensors`.
+std::map<std::string, std::string> to_metadata(const CheckpointMeta& meta,
+                                               const std::vector<TensorSignature>& tensors);
 
 /// Parses and checks the kiln entries of a validated header: every entry well
-/// formed, and (for kiln files) a checksum for exactly the header's tensors.
+/// formed, (for kiln files) a checksum for exactly the header's tensors, and
+/// (version 2) the header checksum.
 /// Throws "[op] path: metadata 'kiln.progress': ...".
 CheckpointMeta parse_metadata(const char* op, const std::string& path, const Header& header);
 

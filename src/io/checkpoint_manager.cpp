@@ -19,14 +19,13 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <system_error>
 
 #include "kiln/core/error.h"
+#include "kiln/io/read_file.h"
 #include "src/io/atomic_file.h"
 #include "src/io/json_util.h"
 
@@ -96,12 +95,14 @@ void CheckpointManager::open_folder() {
   // ---- the record, if any ----
   std::error_code ec;
   if (fs::exists(index_path, ec)) {
-    std::ifstream in(index_path, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
     try {
-      if (!in) throw std::runtime_error("cannot read it");
-      auto j = nlohmann::json::parse(text.str());
+      std::string text;
+      try {
+        text = read_file(op, index_path.string(), kMaxRecordBytes, "a checkpoint folder's record");
+      } catch (const Error& e) {
+        throw std::runtime_error(e.what());  // damaged, not a mismatch: rebuilt below
+      }
+      auto j = nlohmann::json::parse(text);
       if (!j.is_object() || j.value("format", "") != kFormat)
         throw std::runtime_error(fmt::format("\"format\" is not \"{}\"", kFormat));
       int64_t version = j.at("version").get<int64_t>();
@@ -115,7 +116,7 @@ void CheckpointManager::open_folder() {
                  dir_, monitor, mode, options_.monitor, mode_name(options_.mode));
       std::set<int64_t> seen;
       for (const auto& c : j.at("checkpoints")) {
-        if (!c.at("step").is_number_integer()) throw std::runtime_error("a step is not an integer: " + c.dump());
+        if (!c.at("step").is_number_integer()) throw std::runtime_error("a step is not an integer: " + detail::brief(c));
         int64_t step = c.at("step").get<int64_t>();
         if (step < 0 || !seen.insert(step).second)
           throw std::runtime_error(fmt::format("step {} is negative or listed twice", step));

@@ -1,11 +1,10 @@
 // CausalLM: embeddings, kiln's TransformerBlocks, a final norm and the (tied or
-// own) vocabulary projection; its config's validation and JSON form.
+// own) vocabulary projection. Its config: src/models/causal_lm_config.cpp.
 #include "kiln/models/causal_lm.h"
 
 #include <cmath>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
@@ -15,124 +14,13 @@
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/loss.h"
 #include "kiln/ops/shape.h"
+#include "src/models/causal_lm_names.h"
 
 namespace kiln::models {
 
 namespace {
-
 constexpr const char* kLm = "CausalLM";
-
-const char* norm_name(nn::TransformerNorm n) { return n == nn::TransformerNorm::rms_norm ? "rms_norm" : "layer_norm"; }
-
-const char* mlp_name(nn::TransformerActivation a) {
-  switch (a) {
-    case nn::TransformerActivation::gelu: return "gelu";
-    case nn::TransformerActivation::gelu_tanh: return "gelu_tanh";
-    case nn::TransformerActivation::relu: return "relu";
-    case nn::TransformerActivation::swiglu: return "swiglu";
-  }
-  return "?";
-}
-
 }  // namespace
-
-// ---- CausalLMConfig ----
-
-void CausalLMConfig::validate() const {
-  KILN_CHECK(vocab_size > 0 && block_size > 0 && n_layer > 0 && n_head > 0 && n_embd > 0, kLm,
-             "vocab_size {}, block_size {}, n_layer {}, n_head {} and n_embd {} must be positive", vocab_size,
-             block_size, n_layer, n_head, n_embd);
-  KILN_CHECK(n_embd % n_head == 0, kLm, "n_embd {} is not divisible by n_head {}", n_embd, n_head);
-  KILN_CHECK(dropout >= 0 && dropout < 1, kLm, "dropout must be in [0, 1), got {}", dropout);
-  KILN_CHECK(norm_eps > 0, kLm, "norm_eps must be positive, got {}", norm_eps);
-  KILN_CHECK(mlp_hidden >= 0, kLm, "mlp_hidden must be >= 0 (0: the default width), got {}", mlp_hidden);
-  KILN_CHECK(!rotary || ((n_embd / n_head) % 2 == 0 && rotary_base > 0), kLm,
-             "rotary needs an even head width n_embd / n_head and rotary_base > 0, got {} / {} = {} and {}", n_embd,
-             n_head, n_embd / n_head, rotary_base);
-}
-
-int64_t CausalLMConfig::hidden() const {
-  if (mlp_hidden > 0) return mlp_hidden;
-  if (mlp != nn::TransformerActivation::swiglu) return 4 * n_embd;
-  const int64_t f = (8 * n_embd + 2) / 3;  // ceil(2/3 * 4C): the same parameters as a 4C GELU MLP
-  return (f + 63) / 64 * 64;
-}
-
-std::string CausalLMConfig::to_json() const {
-  nlohmann::ordered_json j;
-  j["vocab_size"] = vocab_size;
-  j["block_size"] = block_size;
-  j["n_layer"] = n_layer;
-  j["n_head"] = n_head;
-  j["n_embd"] = n_embd;
-  j["dropout"] = dropout;
-  j["bias"] = bias;
-  j["norm"] = norm_name(norm);
-  j["norm_eps"] = norm_eps;
-  j["learned_positions"] = learned_positions;
-  j["rotary"] = rotary;
-  j["rotary_base"] = rotary_base;
-  j["mlp"] = mlp_name(mlp);
-  j["mlp_hidden"] = mlp_hidden;
-  j["tie_weights"] = tie_weights;
-  return j.dump();
-}
-
-CausalLMConfig CausalLMConfig::from_json(std::string_view text) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  KILN_CHECK(j.is_object(), kLm, "config JSON must be an object, got '{}'",
-             text.size() > 60 ? std::string(text.substr(0, 60)) + "..." : std::string(text));
-  CausalLMConfig c;
-  for (const auto& [key, v] : j.items()) {
-    auto integer = [&](int64_t& out) {
-      KILN_CHECK(v.is_number_integer(), kLm, "config field '{}' must be an integer, got {}", key, v.dump());
-      out = v.get<int64_t>();
-    };
-    auto number = [&](double& out) {
-      KILN_CHECK(v.is_number(), kLm, "config field '{}' must be a number, got {}", key, v.dump());
-      out = v.get<double>();
-    };
-    auto boolean = [&](bool& out) {
-      KILN_CHECK(v.is_boolean(), kLm, "config field '{}' must be true or false, got {}", key, v.dump());
-      out = v.get<bool>();
-    };
-    if (key == "vocab_size") integer(c.vocab_size);
-    else if (key == "block_size") integer(c.block_size);
-    else if (key == "n_layer") integer(c.n_layer);
-    else if (key == "n_head") integer(c.n_head);
-    else if (key == "n_embd") integer(c.n_embd);
-    else if (key == "dropout") number(c.dropout);
-    else if (key == "bias") boolean(c.bias);
-    else if (key == "norm_eps") number(c.norm_eps);
-    else if (key == "learned_positions") boolean(c.learned_positions);
-    else if (key == "rotary") boolean(c.rotary);
-    else if (key == "rotary_base") number(c.rotary_base);
-    else if (key == "mlp_hidden") integer(c.mlp_hidden);
-    else if (key == "tie_weights") boolean(c.tie_weights);
-    else if (key == "norm") {
-      const std::string s = v.is_string() ? v.get<std::string>() : v.dump();
-      KILN_CHECK(s == "layer_norm" || s == "rms_norm", kLm,
-                 "config field 'norm' must be \"layer_norm\" or \"rms_norm\", got {}", v.dump());
-      c.norm = s == "rms_norm" ? nn::TransformerNorm::rms_norm : nn::TransformerNorm::layer_norm;
-    } else if (key == "mlp") {
-      const std::string s = v.is_string() ? v.get<std::string>() : v.dump();
-      bool found = false;
-      for (auto a : {nn::TransformerActivation::gelu, nn::TransformerActivation::gelu_tanh,
-                     nn::TransformerActivation::relu, nn::TransformerActivation::swiglu}) {
-        if (s == mlp_name(a)) {
-          c.mlp = a;
-          found = true;
-        }
-      }
-      KILN_CHECK(found, kLm, "config field 'mlp' must be \"gelu\", \"gelu_tanh\", \"relu\" or \"swiglu\", got {}",
-                 v.dump());
-    } else {
-      KILN_FAIL(kLm, "unknown config field '{}'", key);
-    }
-  }
-  c.validate();
-  return c;
-}
 
 // ---- TiedLinear ----
 
@@ -274,10 +162,10 @@ std::string CausalLM::extra_repr() const {
   const CausalLMConfig& c = config;
   std::string s = fmt::format("vocab_size={}, block_size={}, n_layer={}, n_head={}, n_embd={}, dropout={}, bias={}",
                               c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd, c.dropout, c.bias);
-  if (c.norm != nn::TransformerNorm::layer_norm) s += fmt::format(", norm={}", norm_name(c.norm));
+  if (c.norm != nn::TransformerNorm::layer_norm) s += fmt::format(", norm={}", detail::norm_name(c.norm));
   if (!c.learned_positions) s += ", learned_positions=false";
   if (c.rotary) s += ", rotary=true";
-  if (c.mlp != nn::TransformerActivation::gelu) s += fmt::format(", mlp={}, mlp_hidden={}", mlp_name(c.mlp), c.hidden());
+  if (c.mlp != nn::TransformerActivation::gelu) s += fmt::format(", mlp={}, mlp_hidden={}", detail::mlp_name(c.mlp), c.hidden());
   if (!c.tie_weights) s += ", tie_weights=false";
   return s;
 }

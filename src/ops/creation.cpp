@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kiln/core/size_check.h"
 #include "src/ops/cpu/copy.h"
 
 namespace kiln {
@@ -13,23 +14,25 @@ Tensor finish(Tensor t, const TensorOptions& opts) {
   if (opts.requires_grad) t.requires_grad_(true);
   return t;
 }
+
+Tensor zeros_named(const char* op, const Shape& shape, TensorOptions opts) {
+  Tensor t = empty_for(op, shape, opts.dtype, opts.device);
+  std::memset(t.data_ptr(), 0, size_t(t.nbytes()));
+  return t;
+}
 }  // namespace
 
 Tensor empty(const Shape& shape, TensorOptions opts) {
-  return finish(Tensor::empty(shape, opts.dtype, opts.device), opts);
+  return finish(empty_for("empty", shape, opts.dtype, opts.device), opts);
 }
 
 Tensor full(const Shape& shape, Scalar value, TensorOptions opts) {
-  Tensor t = Tensor::empty(shape, opts.dtype, opts.device);
+  Tensor t = empty_for("full", shape, opts.dtype, opts.device);
   cpu::fill(t, value);
   return finish(t, opts);
 }
 
-Tensor zeros(const Shape& shape, TensorOptions opts) {
-  Tensor t = Tensor::empty(shape, opts.dtype, opts.device);
-  std::memset(t.data_ptr(), 0, size_t(t.nbytes()));
-  return finish(t, opts);
-}
+Tensor zeros(const Shape& shape, TensorOptions opts) { return finish(zeros_named("zeros", shape, opts), opts); }
 
 Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1, opts); }
 Tensor empty_like(const Tensor& like) { return Tensor::empty(like.shape(), like.dtype(), like.device()); }
@@ -51,8 +54,12 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions opts) {
   KILN_CHECK(st != 0, "arange", "step must be nonzero");
   KILN_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "arange",
              "upper bound {} and step {} are inconsistent with start {}", e, st, s);
-  int64_t n = int64_t(std::ceil((e - s) / st));
-  Tensor t = Tensor::empty({n}, opts.dtype, opts.device);
+  // The count as a double first: converting one beyond int64 (or NaN) to int64 is undefined.
+  const double count = std::ceil((e - s) / st);
+  KILN_CHECK(std::isfinite(count) && count < 0x1p62, "arange", "[{}, {}) in steps of {} has {} elements, too many",
+             s, e, st, count);
+  int64_t n = int64_t(count);
+  Tensor t = empty_for("arange", {n}, opts.dtype, opts.device);
   dispatch(opts.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = t.data<T>();
@@ -68,7 +75,7 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions opts) {
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
   KILN_CHECK(steps >= 0, "linspace", "number of steps must be non-negative, got {}", steps);
-  Tensor t = Tensor::empty({steps}, opts.dtype, opts.device);
+  Tensor t = empty_for("linspace", {steps}, opts.dtype, opts.device);
   double step = steps > 1 ? (end - start) / double(steps - 1) : 0.0;
   dispatch(opts.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -85,7 +92,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
 Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
   if (m < 0) m = n;
   KILN_CHECK(n >= 0, "eye", "n must be non-negative, got {}", n);
-  Tensor t = zeros({n, m}, {.dtype = opts.dtype, .device = opts.device});
+  Tensor t = zeros_named("eye", {n, m}, opts);
   dispatch(opts.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = t.data<T>();
@@ -96,9 +103,10 @@ Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
 
 template <class T>
 Tensor tensor(const std::vector<T>& data, const Shape& shape) {
-  KILN_CHECK(int64_t(data.size()) == numel(shape), "tensor", "{} values do not fill shape {} ({} elements)",
-             data.size(), to_string(shape), numel(shape));
-  Tensor t = Tensor::empty(shape, dtype_v<T>);
+  const int64_t n = checked_numel("tensor", shape);
+  KILN_CHECK(int64_t(data.size()) == n, "tensor", "{} values do not fill shape {} ({} elements)", data.size(),
+             to_string(shape), n);
+  Tensor t = empty_for("tensor", shape, dtype_v<T>);
   if constexpr (std::is_same_v<T, bool>) {
     bool* p = t.data<bool>();
     for (size_t i = 0; i < data.size(); ++i) p[i] = data[i];
@@ -124,14 +132,13 @@ Tensor scalar_tensor(Scalar value) {
 }
 
 Tensor from_buffer(const void* data, const Shape& shape, DType dtype) {
-  Tensor t = Tensor::empty(shape, dtype);
+  Tensor t = empty_for("from_buffer", shape, dtype);
   if (t.nbytes()) std::memcpy(t.data_ptr(), data, size_t(t.nbytes()));
   return t;
 }
 
 Tensor from_blob(void* data, const Shape& shape, DType dtype, void (*deleter)(void*, void*), void* ctx) {
-  auto storage =
-      std::make_shared<Storage>(data, size_t(numel(shape) * itemsize(dtype)), kCPU, deleter, ctx);
+  auto storage = std::make_shared<Storage>(data, size_t(checked_nbytes("from_blob", shape, dtype)), kCPU, deleter, ctx);
   return Tensor(std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape), 0, dtype));
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/core/size_check.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
 #include "src/ops/cpu/copy.h"
@@ -15,9 +16,7 @@ namespace kiln {
 
 namespace {
 
-void check_shape(const char* op, const Shape& shape) {
-  for (int64_t d : shape) KILN_CHECK(d >= 0, op, "negative dimension in shape {}", to_string(shape));
-}
+void check_shape(const char* op, const Shape& shape) { checked_numel(op, shape); }
 
 void check_floating(const char* op, DType dtype) {
   KILN_CHECK(is_floating(dtype), op, "dtype {} is not a floating-point type (use f32, f64 or bf16)", name(dtype));
@@ -65,7 +64,7 @@ std::pair<double, double> integer_limits(DType dtype) {
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions opts) {
   check_shape("rand", shape);
   check_floating("rand", opts.dtype);
-  Tensor out = Tensor::empty(shape, opts.dtype, opts.device);
+  Tensor out = empty_for("rand", shape, opts.dtype, opts.device);
   uint64_t first = gen.advance(cpu::blocks_for(cpu::uniform_words(opts.dtype, out.numel())));
   cpu::uniform(out, 0.0, 1.0, gen.seed(), first);
   return finish(out, opts);
@@ -74,7 +73,7 @@ Tensor rand(const Shape& shape, Generator& gen, TensorOptions opts) {
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts) {
   check_shape("randn", shape);
   check_floating("randn", opts.dtype);
-  Tensor out = Tensor::empty(shape, opts.dtype, opts.device);
+  Tensor out = empty_for("randn", shape, opts.dtype, opts.device);
   uint64_t first = gen.advance(cpu::blocks_for(cpu::normal_words(opts.dtype, out.numel())));
   cpu::normal(out, 0.0, 1.0, gen.seed(), first);
   return finish(out, opts);
@@ -87,7 +86,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, Te
   auto [lo, hi] = integer_limits(opts.dtype);
   KILN_CHECK(double(low) >= lo && double(high - 1) <= hi, "randint",
              "range [{}, {}) does not fit dtype {} ([{}, {}])", low, high, name(opts.dtype), lo, hi);
-  Tensor out = Tensor::empty(shape, opts.dtype, opts.device);
+  Tensor out = empty_for("randint", shape, opts.dtype, opts.device);
   uint64_t range = uint64_t(high) - uint64_t(low);
   uint64_t first = gen.advance(cpu::blocks_for(cpu::randint_words(range, out.numel())));
   cpu::randint(out, low, range, gen.seed(), first);
@@ -117,7 +116,7 @@ Tensor bernoulli(const Tensor& p, Generator& gen) {
 Tensor bernoulli(const Shape& shape, double p, Generator& gen, TensorOptions opts) {
   check_shape("bernoulli", shape);
   KILN_CHECK(p >= 0.0 && p <= 1.0, "bernoulli", "p must be in [0, 1], got {}", p);
-  Tensor out = Tensor::empty(shape, opts.dtype, opts.device);
+  Tensor out = empty_for("bernoulli", shape, opts.dtype, opts.device);
   uint64_t first = gen.advance(cpu::blocks_for(out.numel()));
   cpu::bernoulli(out, p, gen.seed(), first);
   return finish(out, opts);
@@ -125,7 +124,7 @@ Tensor bernoulli(const Shape& shape, double p, Generator& gen, TensorOptions opt
 
 Tensor randperm(int64_t n, Generator& gen) {
   KILN_CHECK(n >= 0, "randperm", "n must be non-negative, got {}", n);
-  Tensor out = Tensor::empty({n}, kI64);
+  Tensor out = empty_for("randperm", {n}, kI64);
   uint64_t first = gen.advance(cpu::blocks_for(cpu::randperm_words(n)));
   cpu::randperm(out, gen.seed(), first);
   return out;

@@ -3,6 +3,7 @@
 
 #include <numeric>
 
+#include "kiln/core/size_check.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
@@ -20,22 +21,26 @@ Tensor alias(const Tensor& x, Shape shape, Strides strides, int64_t offset) {
 // Replaces a single -1 in `shape` so that it holds `n` elements.
 Shape infer_shape(const char* op, const Shape& shape, int64_t n, const Shape& from) {
   Shape out = shape;
-  int64_t known = 1, infer = -1;
+  int64_t known = 1, infer = -1;  // known: product of the non-zero sizes other than the -1, checked
+  bool has_zero = false;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
       KILN_CHECK(infer < 0, op, "only one dim may be -1, got shape {}", to_string(shape));
       infer = int64_t(i);
-    } else {
-      KILN_CHECK(out[i] >= 0, op, "invalid size {} in shape {}", out[i], to_string(shape));
-      known *= out[i];
+      continue;
     }
+    KILN_CHECK(out[i] >= 0, op, "negative size {} in shape {}", out[i], to_string(shape));
+    has_zero = has_zero || out[i] == 0;
+    KILN_CHECK(out[i] == 0 || !__builtin_mul_overflow(known, out[i], &known), op,
+               "shape {} has more than 2^63 elements", to_string(shape));
   }
   if (infer >= 0) {
-    KILN_CHECK(known != 0 && n % known == 0, op, "shape {} is invalid for input {} of {} elements",
+    KILN_CHECK(!has_zero && n % known == 0, op, "shape {} is invalid for input {} of {} elements",
                to_string(shape), to_string(from), n);
-    out[infer] = n / known;
+    out[size_t(infer)] = n / known;
   }
-  KILN_CHECK(numel(out) == n, op, "shape {} is invalid for input {} of {} elements", to_string(shape),
+  // Checks the strides of an empty shape too.
+  KILN_CHECK(checked_numel(op, out) == n, op, "shape {} is invalid for input {} of {} elements", to_string(shape),
              to_string(from), n);
   return out;
 }
@@ -213,6 +218,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
     s[i] = want;
     st[i] = have == want ? x.strides()[i - off] : 0;
   }
+  checked_numel("expand", s);
   Tensor out = alias(x, s, st, x.storage_offset());
   if (needs_grad(x))
     record("expand", {x}, {out}, {}, [in = x.shape()](const VjpArgs& a) -> Grads { return {sum_to(a.grad(), in)}; });

@@ -62,7 +62,7 @@ TEST(Creation, Errors) {
   EXPECT_KILN_ERROR(arange(5, 0, 1), "[arange] upper bound 0 and step 1 are inconsistent with start 5");
   EXPECT_KILN_ERROR(linspace(0, 1, -1), "[linspace] number of steps must be non-negative, got -1");
   EXPECT_KILN_ERROR(eye(-2), "[eye] n must be non-negative, got -2");
-  EXPECT_KILN_ERROR(zeros({-1}), "negative dimension in shape [-1]");
+  EXPECT_KILN_ERROR(zeros({-1}), "[zeros] negative size -1 in shape [-1]");
   EXPECT_KILN_ERROR(zeros({2}, {.dtype = kI64, .requires_grad = true}),
                     "only floating-point tensors can require gradients, got i64");
 }

@@ -1,8 +1,13 @@
 // The thread pool: counts, and parallel_for's coverage and error handling.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <limits>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "tests/support/test_util.h"
@@ -27,9 +32,73 @@ TEST(Parallel, SetAndGet) {
   set_num_threads(1);
   EXPECT_EQ(get_num_threads(), 1);
   set_num_threads(3);
-  EXPECT_EQ(get_num_threads(), 3);
-  set_num_threads(0);  // clamped to one thread
-  EXPECT_EQ(get_num_threads(), 1);
+  EXPECT_EQ(get_num_threads(), std::min(3, available_cpus()));
+}
+
+// Issue 23: --threads 100000 (or KILN_NUM_THREADS=100000) segfaulted inside
+// OpenMP, 50000 aborted. A count above the CPUs is clamped to them (a notice
+// on stderr, once); zero or negative is refused.
+TEST(Parallel, CountsAboveTheCpusAreClampedWithOneNotice) {
+  ThreadCount restore;
+  ::testing::internal::CaptureStderr();
+  set_num_threads(100000);
+  EXPECT_EQ(get_num_threads(), available_cpus());
+  set_num_threads(50000);
+  EXPECT_EQ(get_num_threads(), available_cpus());
+  set_num_threads(std::numeric_limits<int>::max());
+  EXPECT_EQ(get_num_threads(), available_cpus());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_LE(std::count(err.begin(), err.end(), '\n'), 1) << err;  // once per process (maybe printed earlier)
+  std::atomic<int64_t> total{0};
+  parallel_for(0, 1 << 20, 1, [&](int64_t lo, int64_t hi) { total += hi - lo; });
+  EXPECT_EQ(total.load(), 1 << 20);
+}
+
+TEST(Parallel, ZeroOrNegativeCountsAreRefused) {
+  ThreadCount restore;
+  set_num_threads(1);
+  EXPECT_KILN_ERROR(set_num_threads(0), "[set_num_threads] the thread count must be at least 1, got 0");
+  EXPECT_KILN_ERROR(set_num_threads(-4), "[set_num_threads] the thread count must be at least 1, got -4");
+  EXPECT_EQ(get_num_threads(), 1);  // unchanged
+}
+
+// Runs this test binary again with KILN_NUM_THREADS=value; returns what
+// ParallelEnvChild.ReportsThreadCount printed (stdout and stderr).
+std::string run_child_with_env(const std::string& value) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();  // not the shell's
+  const std::string cmd = "KILN_PARALLEL_CHILD=1 KILN_NUM_THREADS='" + value + "' '" + self +
+                          "' --gtest_filter=ParallelEnvChild.ReportsThreadCount 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return "popen failed";
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  pclose(pipe);
+  return out;
+}
+
+// Only does something as the child of the test below.
+TEST(ParallelEnvChild, ReportsThreadCount) {
+  if (std::getenv("KILN_PARALLEL_CHILD")) std::printf("threads=%d cpus=%d\n", get_num_threads(), available_cpus());
+}
+
+TEST(Parallel, EnvCountIsClampedAndBadValuesAreIgnoredWithANotice) {
+  const int cpus = available_cpus();
+  const std::string base = fmt::format("threads={} cpus={}", cpus, cpus);
+  std::string out = run_child_with_env("100000");
+  EXPECT_NE(out.find(base), std::string::npos) << out;
+  EXPECT_NE(out.find("kiln: KILN_NUM_THREADS=100000 is more than the " + std::to_string(cpus)), std::string::npos)
+      << out;
+  for (const char* bad : {"0", "-3", "abc", "4x", "", "99999999999999999999"}) {
+    out = run_child_with_env(bad);
+    EXPECT_NE(out.find(base), std::string::npos) << bad << ": " << out;
+    EXPECT_NE(out.find(fmt::format("kiln: ignoring KILN_NUM_THREADS='{}': not a whole number of threads >= 1", bad)),
+              std::string::npos)
+        << bad << ": " << out;
+  }
+  out = run_child_with_env("1");
+  EXPECT_NE(out.find("threads=1 cpus="), std::string::npos) << out;
+  EXPECT_EQ(out.find("kiln: "), std::string::npos) << out;
 }
 
 TEST(Parallel, CoversTheRangeOnceInChunksOfAtLeastGrain) {

@@ -301,7 +301,7 @@ TEST(Random, SaveAndRestoreReplays) {
 TEST(Random, Errors) {
   Generator g(3);
   EXPECT_KILN_ERROR(rand({2}, g, {.dtype = kI64}), "[rand] dtype i64 is not a floating-point type");
-  EXPECT_KILN_ERROR(randn({2, -3}, g), "[randn] negative dimension in shape [2, -3]");
+  EXPECT_KILN_ERROR(randn({2, -3}, g), "[randn] negative size -3 in shape [2, -3]");
   EXPECT_KILN_ERROR(randint(5, 5, {2}, g), "[randint] low 5 must be less than high 5");
   EXPECT_KILN_ERROR(randint(0, 300, {2}, g, {.dtype = kU8}), "[randint] range [0, 300) does not fit dtype u8");
   EXPECT_KILN_ERROR(randint(0, 2, {2}, g, {.dtype = kBool}), "[randint] dtype bool is not supported");

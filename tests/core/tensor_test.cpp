@@ -40,7 +40,7 @@ TEST(Tensor, MetadataErrors) {
   EXPECT_KILN_ERROR(t.stride(-3), "[stride] dim -3 out of range");
   EXPECT_KILN_ERROR(t.data<double>(), "[data] tensor has dtype f32, expected f64");
   EXPECT_KILN_ERROR(t.item<float>(), "[item] tensor of shape [2, 3] has 6 elements, expected 1");
-  EXPECT_KILN_ERROR(Tensor::empty({2, -1}), "negative dimension in shape [2, -1]");
+  EXPECT_KILN_ERROR(Tensor::empty({2, -1}), "[empty] negative size -1 in shape [2, -1]");
   EXPECT_KILN_ERROR(Tensor().data_ptr(), "undefined tensor");
   EXPECT_KILN_ERROR(Tensor().to_vector<float>(), "[to_vector] undefined tensor");
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <set>
 
 #include "tests/support/test_util.h"
@@ -82,6 +83,28 @@ TEST_P(DataLoaderP, SequentialBatchesAndTheShortLastOne) {
   EXPECT_EQ(dropped.size(), 2);
   EXPECT_EQ(dropped.samples_per_epoch(), 8);
   EXPECT_EQ(rest_of_epoch(dropped), (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+}
+
+// Issue 23: `--batch-size 4611686018427387904` with 64 examples segfaulted
+// (buffers of batch_size rows, their size wrapped). Buffers hold what a batch
+// can: min(batch_size, N) rows.
+TEST_P(DataLoaderP, HugeBatchSizeAllocatesOnlyWhatTheDatasetHolds) {
+  for (int64_t batch_size : {int64_t(1) << 40, int64_t(1) << 62, std::numeric_limits<int64_t>::max()}) {
+    SCOPED_TRACE(batch_size);
+    reset_peak_memory_stats();
+    const int64_t before = memory_stats().current_bytes;
+    DataLoader loader(numbered(10), {.batch_size = batch_size, .shuffle = true, .seed = 3, .prefetch = GetParam()});
+    EXPECT_EQ(loader.size(), 1);
+    EXPECT_EQ(loader.samples_per_epoch(), 10);
+    auto batches = rest_of_epoch(loader);
+    ASSERT_EQ(batches.size(), 1u);
+    EXPECT_EQ(batches[0].size(), 10u);
+    EXPECT_LT(memory_stats().peak_bytes - before, 1 << 16);  // (prefetch + 2) buffers of 10 rows
+    DataLoader dropped(numbered(10), {.batch_size = batch_size, .drop_last = false, .prefetch = GetParam()});
+    EXPECT_EQ(dropped.size(), 1);
+    EXPECT_KILN_ERROR(DataLoader(numbered(10), {.batch_size = batch_size, .drop_last = true}),
+                      "[DataLoader] drop_last with a dataset of 10 examples");
+  }
 }
 
 TEST_P(DataLoaderP, ShuffledOrderIsTheSamplersAndEachForLoopIsOneEpoch) {

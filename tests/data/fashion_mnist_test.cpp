@@ -209,6 +209,25 @@ TEST_F(FashionMNISTFiles, MissingFolderOrFile) {
   EXPECT_KILN_ERROR(open(), path("t10k-labels-idx1-ubyte.gz") + " not found");
 }
 
+// Issue 23: `--data FILE` reported "FILE/train-images-idx3-ubyte.gz not found".
+TEST_F(FashionMNISTFiles, AFileInsteadOfTheFolderIsNamedAsSuch) {
+  write(gzip(images_idx(3)), gzip(labels_idx(3)));
+  const std::string file = path("t10k-images-idx3-ubyte.gz");
+  EXPECT_KILN_ERROR(FashionMNIST(file, false), "[FashionMNIST] " + file + " is a file, not a folder: pass the folder "
+                                                   "holding the four IDX files (train-images-idx3-ubyte.gz");
+}
+
+// A damaged count must not size a huge allocation before the data runs out.
+TEST_F(FashionMNISTFiles, ACountTheFileCannotHoldIsRefusedBeforeAllocating) {
+  std::string huge = images_idx(3).replace(4, 4, be32(0xFFFFFFF0u));
+  std::string labels = labels_idx(3).replace(4, 4, be32(0xFFFFFFF0u));
+  write(gzip(huge), gzip(labels));
+  reset_peak_memory_stats();
+  const MemoryStats before = memory_stats();
+  EXPECT_KILN_ERROR(open(), path("t10k-images-idx3-ubyte.gz") + ": its header announces 4294967280 examples");
+  EXPECT_LT(memory_stats().peak_bytes - before.current_bytes, int64_t(1) << 20);
+}
+
 TEST_F(FashionMNISTFiles, BadMagic) {
   write(gzip(images_idx(3, 28, 28, 0x801)), gzip(labels_idx(3)));
   EXPECT_KILN_ERROR(open(), path("t10k-images-idx3-ubyte.gz") +

@@ -7,8 +7,10 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "kiln/data/dataloader.h"
+#include "kiln/io/read_file.h"
 #include "tests/support/test_util.h"
 
 namespace kiln::data {
@@ -113,11 +115,33 @@ TEST_F(TextFiles, CharactersAreCodePointsNumberedBySortedVocabulary) {
   EXPECT_EQ(values(emoji.tokens()), (std::vector<int64_t>{0, 1, 0}));
 }
 
+// Issue 23: `train lm --data /dev/zero` read until the kernel killed it at
+// 23.5 GB. Readers stop at a documented limit (kiln/io/read_file.h).
+TEST_F(TextFiles, ReadsStopAtTheirLimit) {
+  // /dev/zero never ends: the read stops one chunk past the limit.
+  EXPECT_KILN_ERROR(io::read_file("reader", "/dev/zero", 100000, "a test"),
+                    "[reader] cannot read /dev/zero: it is larger than the 97.7 KiB (100000 bytes) limit of a test");
+  const std::string f = file("0123456789");
+  EXPECT_EQ(io::read_file("reader", f, 10, "a test"), "0123456789");
+  EXPECT_KILN_ERROR(io::read_file("reader", f, 9, "a test"), "it is larger than the 9 bytes (9 bytes) limit");
+  EXPECT_EQ(io::read_file("reader", file(""), 0, "a test"), "");
+  EXPECT_KILN_ERROR(io::read_file("reader", dir_.string(), 10, "a test"),
+                    "[reader] cannot read " + dir_.string() + ": it is a folder, not a file");
+  // A text data set over 1 GiB is refused before a byte is read (a sparse file: no disk used).
+  const std::string big = (dir_ / "big.txt").string();
+  { std::ofstream(big) << "x"; }
+  std::filesystem::resize_file(big, uintmax_t(io::kMaxTextBytes) + 1);
+  EXPECT_KILN_ERROR(ByteDataset(big, 8), "[ByteDataset] cannot read " + big +
+                                             ": it is larger than the 1 GiB (1073741824 bytes) limit of a text data set");
+  EXPECT_KILN_ERROR(CharDataset(big, 8), "limit of a text data set");
+  std::filesystem::remove(big);
+}
+
 TEST_F(TextFiles, BadFilesAndArguments) {
   const std::string missing = (dir_ / "nope.txt").string();
   EXPECT_KILN_ERROR(CharDataset(missing, 8), "[CharDataset] cannot read " + missing + ": no such file");
   EXPECT_KILN_ERROR(ByteDataset(missing, 8), "[ByteDataset] cannot read " + missing + ": no such file");
-  EXPECT_KILN_ERROR(ByteDataset(dir_.string(), 8), "it is a folder");
+  EXPECT_KILN_ERROR(ByteDataset(dir_.string(), 8), "[ByteDataset] cannot read " + dir_.string() + ": it is a folder, not a file");
   const std::string shorty = file("abcd");
   EXPECT_KILN_ERROR(ByteDataset(shorty, 4), "[ByteDataset] " + shorty + " holds 4 bytes, fewer than seq_len + 1 = 5");
   // 4 characters in 8 bytes: CharDataset counts characters.

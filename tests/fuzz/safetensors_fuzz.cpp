@@ -2,9 +2,6 @@
 // files. A kiln::Error is the expected answer to a bad file; a crash, a
 // sanitizer report, a leak, any other exception, or loaders that disagree
 // about the same header is a finding. Run it with tools/fuzz (docs/fuzzing.md).
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -12,54 +9,12 @@
 #include <string>
 
 #include "kiln/core/allocator.h"
-#include "kiln/core/error.h"
 #include "kiln/io/safetensors.h"
 #include "src/io/checkpoint_format.h"
+#include "tests/fuzz/fuzz_util.h"
 
-namespace {
-
-using kiln::Error;
-
-/// An in-memory file (memfd) that holds the current input, and a path that
-/// opens it: the loaders take paths and read with open/fstat/pread as on disk.
-class InputFile {
- public:
-  InputFile() : fd_(::memfd_create("kiln_fuzz_input", MFD_CLOEXEC)) {
-    if (fd_ < 0) die("memfd_create failed");
-    path_ = "/proc/self/fd/" + std::to_string(fd_);
-  }
-  const std::string& write(const uint8_t* data, size_t size) {
-    if (::ftruncate(fd_, 0) != 0) die("ftruncate failed");
-    for (size_t done = 0; done < size;) {
-      ssize_t n = ::pwrite(fd_, data + done, size - done, off_t(done));
-      if (n <= 0) die("pwrite failed");
-      done += size_t(n);
-    }
-    return path_;
-  }
-
- private:
-  [[noreturn]] static void die(const char* what) {
-    std::perror(what);
-    std::abort();
-  }
-  int fd_;
-  std::string path_;
-};
-
-/// Runs one loader; true when it accepted the file, false on a kiln::Error.
-/// Any other exception escapes: libFuzzer reports it with the input.
-template <class F>
-bool accepts(F&& load) {
-  try {
-    load();
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
-}
-
-}  // namespace
+using kiln::fuzz::accepts;
+using kiln::fuzz::InputFile;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static InputFile file;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/io/read_file.h"
 #include "src/io/atomic_file.h"
 #include "tests/support/test_util.h"
 #include "tests/workers/manager_worker.h"
@@ -405,6 +406,26 @@ TEST(CheckpointManager, ADamagedRecordIsRebuiltFromTheFiles) {
              R"({"format": "kiln.CheckpointManager", "version": 2, "monitor": "val/loss", "mode": "min",
                  "best": null, "checkpoints": []})");
   EXPECT_KILN_ERROR(CheckpointManager{dir}, "checkpoints.json has version 2, newer than this kiln reads (1)");
+}
+
+// Issue 23: the record was read whole, however large; a record over 16 MiB
+// (io::kMaxRecordBytes; a real one is a few KB) is damaged: rebuilt from the files.
+TEST(CheckpointManager, AnOversizedRecordIsNotReadButRebuilt) {
+  std::string dir = fresh_dir();
+  Trainee run;
+  {
+    CheckpointManager m(dir);
+    run.save(m, 5, 0.5);
+  }
+  const std::string record = dir + "/checkpoints.json";
+  fs::resize_file(record, uintmax_t(io::kMaxRecordBytes) + 1);  // sparse: no disk used
+  CheckpointManager m(dir);
+  EXPECT_EQ(steps_of(m), (std::vector<int64_t>{5}));
+  ASSERT_FALSE(m.problems().empty());
+  EXPECT_NE(m.problems()[0].find("checkpoints.json is unreadable ([CheckpointManager] cannot read " + record +
+                                 ": it is larger than the 16 MiB (16777216 bytes) limit of a checkpoint folder's record)"),
+            std::string::npos)
+      << m.problems()[0];
 }
 
 TEST(CheckpointManager, BadArgumentsNameTheFolderAndTheProblem) {

@@ -1,14 +1,19 @@
-// The fuzz target's seed corpus (tests/fuzz/corpus/safetensors, written by
-// tests/fuzz/make_corpus.py) in the regular suite: every valid seed loads and
-// every bad_* seed is refused with a kiln::Error naming the file, so the
-// corpus stays what docs/fuzzing.md says it is.
+// The fuzz targets' seed corpora in the regular suite: every valid
+// safetensors seed (tests/fuzz/corpus/safetensors, written by
+// tests/fuzz/make_corpus.py) loads and every bad_* seed is refused with a
+// kiln::Error naming the file; the seeds kiln writes itself (checkpoints,
+// tokenizers, checkpoints.json) are current. So the corpora stay what
+// docs/fuzzing.md says they are.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
 
+#include "kiln/data/bpe_tokenizer.h"
+#include "kiln/data/tokenizer.h"
 #include "kiln/io/checkpoint.h"
+#include "kiln/io/checkpoint_manager.h"
 #include "kiln/io/safetensors.h"
 #include "tests/support/test_util.h"
 
@@ -115,8 +120,63 @@ TEST(FuzzCorpus, KilnCheckpointSeedsAreCurrent) {
     SCOPED_TRACE(name);
     EXPECT_EQ(testing::read_bytes((fresh / name).string()), testing::read_bytes((corpus / name).string()))
         << "the checkpoint format changed: rerun with KILN_REGENERATE_GOLDENS=1";
-    EXPECT_EQ(read_checkpoint_info((corpus / name).string()).format_version, 1);
+    EXPECT_EQ(read_checkpoint_info((corpus / name).string()).format_version, 2);
   }
+  // Written by the format before the header checksum (version 1): still read.
+  EXPECT_EQ(read_checkpoint_info((corpus / "checkpoint_v1_full.safetensors").string()).format_version, 1);
+}
+
+/// The seeds of the reader fuzz targets that carry kiln's checksums, written
+/// by kiln: tokenizer JSON (tests/fuzz/corpus/tokenizer) and a checkpoint
+/// folder's record (tests/fuzz/corpus/checkpoints_json), each with a few
+/// wrong variants. (tests/fuzz/make_reader_corpus.py writes the others.)
+std::map<std::string, std::string> reader_seeds() {
+  std::map<std::string, std::string> out;
+  out["tokenizer/byte.json"] = data::ByteTokenizer().to_json();
+  out["tokenizer/char.json"] = data::CharTokenizer::train("hello, world").to_json();
+  const std::string bpe = data::BpeTokenizer::train("low lower lowest, hello hello world", {.vocab_size = 264}).to_json();
+  out["tokenizer/bpe.json"] = bpe;
+  std::string bad = bpe;
+  bad[bad.rfind("crc32c") + 9] ^= 1;  // a digit of the checksum
+  out["tokenizer/bad_crc.json"] = bad;
+  out["tokenizer/bad_type.json"] = R"({"format": "kiln.tokenizer", "version": 1, "type": "wordpiece"})";
+
+  const fs::path dir = kiln::testing::scratch_root() / "kiln_record_seed";
+  fs::remove_all(dir);
+  Rngs rngs{{"params", 0}};
+  nn::Linear net(2, 2, rngs);
+  Checkpoint ckpt;
+  ckpt.model(net);
+  CheckpointManager manager(dir.string(), {.keep_last = 2, .monitor = "val/loss"});
+  manager.save(ckpt, 10, 0.5);
+  manager.save(ckpt, 20, std::nullopt);
+  manager.save(ckpt, 30, 0.25);
+  out["checkpoints_json/three_saves.json"] = testing::read_bytes((dir / CheckpointManager::kIndexName).string());
+  out["checkpoints_json/other_monitor.json"] =
+      R"({"format":"kiln.CheckpointManager","version":1,"monitor":"val/acc","mode":"max","best":null,"checkpoints":[]})";
+  out["checkpoints_json/newer_version.json"] =
+      R"({"format":"kiln.CheckpointManager","version":2,"monitor":"val/loss","mode":"min","best":null,"checkpoints":[]})";
+  out["checkpoints_json/bad_step.json"] =
+      R"({"format":"kiln.CheckpointManager","version":1,"monitor":"val/loss","mode":"min","best":null,"checkpoints":[{"step":-1,"metric":"nan"}]})";
+  fs::remove_all(dir);
+  return out;
+}
+
+TEST(FuzzCorpus, ReaderSeedsAreCurrent) {
+  const fs::path corpus = fs::path(KILN_GOLDEN_DIR) / ".." / "fuzz" / "corpus";
+  for (const auto& [name, bytes] : reader_seeds()) {
+    SCOPED_TRACE(name);
+    if (std::getenv("KILN_REGENERATE_GOLDENS")) {
+      fs::create_directories((corpus / name).parent_path());
+      testing::write_bytes((corpus / name).string(), bytes);
+    }
+    EXPECT_EQ(testing::read_bytes((corpus / name).string()), bytes) << "rerun with KILN_REGENERATE_GOLDENS=1";
+  }
+  // The valid tokenizers load, the others are refused.
+  for (const char* ok : {"byte.json", "char.json", "bpe.json"})
+    EXPECT_NO_THROW(data::load_tokenizer((corpus / "tokenizer" / ok).string())) << ok;
+  EXPECT_KILN_ERROR(data::load_tokenizer((corpus / "tokenizer" / "bad_crc.json").string()), "the file is damaged");
+  EXPECT_KILN_ERROR(data::load_tokenizer((corpus / "tokenizer" / "bad_type.json").string()), "unknown tokenizer type");
 }
 
 // Reproducers of fuzzing findings (tests/fuzz/crashes/README.md), fixed in

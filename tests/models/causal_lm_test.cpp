@@ -114,6 +114,19 @@ TEST(CausalLM, ConfigJsonRoundTrip) {
   EXPECT_TRUE(gpt.learned_positions && gpt.tie_weights && !gpt.rotary);
 }
 
+// Issue 23: a checkpoint whose config said n_embd 1e9 aborted `kiln generate`.
+// Sizes are bounded, and a bad value is quoted briefly (a value nested a
+// million deep must not overflow the stack while the message is written).
+TEST(CausalLM, ConfigSizesAreBoundedAndBadValuesQuotedBriefly) {
+  EXPECT_KILN_ERROR(CausalLMConfig::from_json(R"({"n_embd": 1000000000, "n_head": 1})"),
+                    "[CausalLM] n_embd 1000000000 is larger than any model kiln can hold (at most 2^24 = 16777216)");
+  EXPECT_KILN_ERROR(CausalLMConfig::from_json(R"({"vocab_size": 9223372036854775807})"), "vocab_size 9223372036854775807");
+  EXPECT_KILN_ERROR(CausalLMConfig::from_json(R"({"n_layer": 18446744073709551615})"), "must be positive");
+  const std::string deep = "{\"n_head\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+  EXPECT_KILN_ERROR(CausalLMConfig::from_json(deep), "config field 'n_head' must be an integer, got an array of 1");
+  EXPECT_KILN_ERROR(CausalLMConfig::from_json(R"({"norm": [1, 2]})"), "got [1, 2]");
+}
+
 TEST(CausalLM, ConfigErrors) {
   EXPECT_KILN_ERROR(CausalLMConfig::from_json("not json"), "[CausalLM] config JSON must be an object");
   EXPECT_KILN_ERROR(CausalLMConfig::from_json("[1]"), "[CausalLM] config JSON must be an object");

@@ -268,7 +268,7 @@ TEST(ViewErrors, Messages) {
   EXPECT_KILN_ERROR(view(x, {5, -1}), "[view] shape [5, -1] is invalid for input [2, 3] of 6 elements");
   EXPECT_KILN_ERROR(view(x, {-1, -1}), "[view] only one dim may be -1, got shape [-1, -1]");
   EXPECT_KILN_ERROR(reshape(x, {4}), "[reshape] shape [4] is invalid for input [2, 3] of 6 elements");
-  EXPECT_KILN_ERROR(reshape(x, {-2, 3}), "[reshape] invalid size -2 in shape [-2, 3]");
+  EXPECT_KILN_ERROR(reshape(x, {-2, 3}), "[reshape] negative size -2 in shape [-2, 3]");
   EXPECT_KILN_ERROR(transpose(x, 0, 2), "[transpose] dim 2 out of range");
   EXPECT_KILN_ERROR(permute(x, {0}), "[permute] got 1 dims [0] for a tensor of shape [2, 3]");
   EXPECT_KILN_ERROR(permute(x, {1, -1}), "[permute] dim 1 repeated in [1, -1]");

@@ -1,0 +1,148 @@
+// CausalLMConfig: its validation and JSON form, apart from the model so that
+// the config reader's fuzz target (tests/fuzz/model_config_fuzz.cpp) links
+// without the layers.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "kiln/core/error.h"
+#include "kiln/models/causal_lm.h"
+#include "src/io/json_util.h"
+#include "src/models/causal_lm_names.h"
+
+namespace kiln::models {
+
+namespace detail {
+
+const char* norm_name(nn::TransformerNorm n) { return n == nn::TransformerNorm::rms_norm ? "rms_norm" : "layer_norm"; }
+
+const char* mlp_name(nn::TransformerActivation a) {
+  switch (a) {
+    case nn::TransformerActivation::gelu: return "gelu";
+    case nn::TransformerActivation::gelu_tanh: return "gelu_tanh";
+    case nn::TransformerActivation::relu: return "relu";
+    case nn::TransformerActivation::swiglu: return "swiglu";
+  }
+  return "?";
+}
+
+}  // namespace detail
+
+namespace {
+constexpr const char* kLm = "CausalLM";
+}  // namespace
+
+using detail::mlp_name;
+using detail::norm_name;
+
+// ---- CausalLMConfig ----
+
+void CausalLMConfig::validate() const {
+  KILN_CHECK(vocab_size > 0 && block_size > 0 && n_layer > 0 && n_head > 0 && n_embd > 0, kLm,
+             "vocab_size {}, block_size {}, n_layer {}, n_head {} and n_embd {} must be positive", vocab_size,
+             block_size, n_layer, n_head, n_embd);
+  // No model kiln can hold comes near 2^24 in any of these (GPT-3's n_embd is
+  // 12288); a larger value is a damaged or hostile config, and would overflow
+  // the sizes computed from it (hidden() is 4 * n_embd).
+  constexpr int64_t kMaxDim = int64_t(1) << 24;
+  for (auto [name, v] : {std::pair{"vocab_size", vocab_size}, std::pair{"block_size", block_size},
+                         std::pair{"n_layer", n_layer}, std::pair{"n_head", n_head}, std::pair{"n_embd", n_embd},
+                         std::pair{"mlp_hidden", mlp_hidden}})
+    KILN_CHECK(v <= kMaxDim, kLm, "{} {} is larger than any model kiln can hold (at most 2^24 = {})", name, v, kMaxDim);
+  KILN_CHECK(n_embd % n_head == 0, kLm, "n_embd {} is not divisible by n_head {}", n_embd, n_head);
+  KILN_CHECK(dropout >= 0 && dropout < 1, kLm, "dropout must be in [0, 1), got {}", dropout);
+  KILN_CHECK(norm_eps > 0, kLm, "norm_eps must be positive, got {}", norm_eps);
+  KILN_CHECK(mlp_hidden >= 0, kLm, "mlp_hidden must be >= 0 (0: the default width), got {}", mlp_hidden);
+  KILN_CHECK(!rotary || ((n_embd / n_head) % 2 == 0 && rotary_base > 0), kLm,
+             "rotary needs an even head width n_embd / n_head and rotary_base > 0, got {} / {} = {} and {}", n_embd,
+             n_head, n_embd / n_head, rotary_base);
+}
+
+int64_t CausalLMConfig::hidden() const {
+  if (mlp_hidden > 0) return mlp_hidden;
+  if (mlp != nn::TransformerActivation::swiglu) return 4 * n_embd;
+  const int64_t f = (8 * n_embd + 2) / 3;  // ceil(2/3 * 4C): the same parameters as a 4C GELU MLP
+  return (f + 63) / 64 * 64;
+}
+
+std::string CausalLMConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["vocab_size"] = vocab_size;
+  j["block_size"] = block_size;
+  j["n_layer"] = n_layer;
+  j["n_head"] = n_head;
+  j["n_embd"] = n_embd;
+  j["dropout"] = dropout;
+  j["bias"] = bias;
+  j["norm"] = norm_name(norm);
+  j["norm_eps"] = norm_eps;
+  j["learned_positions"] = learned_positions;
+  j["rotary"] = rotary;
+  j["rotary_base"] = rotary_base;
+  j["mlp"] = mlp_name(mlp);
+  j["mlp_hidden"] = mlp_hidden;
+  j["tie_weights"] = tie_weights;
+  return j.dump();
+}
+
+CausalLMConfig CausalLMConfig::from_json(std::string_view text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  KILN_CHECK(j.is_object(), kLm, "config JSON must be an object, got '{}'",
+             text.size() > 60 ? std::string(text.substr(0, 60)) + "..." : std::string(text));
+  CausalLMConfig c;
+  for (const auto& item : j.items()) {
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one in the lambdas below.
+    const std::string& key = item.key();
+    const nlohmann::json& v = item.value();
+    auto integer = [&](int64_t& out) {
+      KILN_CHECK(v.is_number_integer(), kLm, "config field '{}' must be an integer, got {}", key, io::detail::brief(v));
+      out = v.get<int64_t>();
+    };
+    auto number = [&](double& out) {
+      KILN_CHECK(v.is_number(), kLm, "config field '{}' must be a number, got {}", key, io::detail::brief(v));
+      out = v.get<double>();
+    };
+    auto boolean = [&](bool& out) {
+      KILN_CHECK(v.is_boolean(), kLm, "config field '{}' must be true or false, got {}", key, io::detail::brief(v));
+      out = v.get<bool>();
+    };
+    if (key == "vocab_size") integer(c.vocab_size);
+    else if (key == "block_size") integer(c.block_size);
+    else if (key == "n_layer") integer(c.n_layer);
+    else if (key == "n_head") integer(c.n_head);
+    else if (key == "n_embd") integer(c.n_embd);
+    else if (key == "dropout") number(c.dropout);
+    else if (key == "bias") boolean(c.bias);
+    else if (key == "norm_eps") number(c.norm_eps);
+    else if (key == "learned_positions") boolean(c.learned_positions);
+    else if (key == "rotary") boolean(c.rotary);
+    else if (key == "rotary_base") number(c.rotary_base);
+    else if (key == "mlp_hidden") integer(c.mlp_hidden);
+    else if (key == "tie_weights") boolean(c.tie_weights);
+    else if (key == "norm") {
+      const std::string s = v.is_string() ? v.get<std::string>() : std::string();
+      KILN_CHECK(s == "layer_norm" || s == "rms_norm", kLm,
+                 "config field 'norm' must be \"layer_norm\" or \"rms_norm\", got {}", io::detail::brief(v));
+      c.norm = s == "rms_norm" ? nn::TransformerNorm::rms_norm : nn::TransformerNorm::layer_norm;
+    } else if (key == "mlp") {
+      const std::string s = v.is_string() ? v.get<std::string>() : std::string();
+      bool found = false;
+      for (auto a : {nn::TransformerActivation::gelu, nn::TransformerActivation::gelu_tanh,
+                     nn::TransformerActivation::relu, nn::TransformerActivation::swiglu}) {
+        if (s == mlp_name(a)) {
+          c.mlp = a;
+          found = true;
+        }
+      }
+      KILN_CHECK(found, kLm, "config field 'mlp' must be \"gelu\", \"gelu_tanh\", \"relu\" or \"swiglu\", got {}",
+                 io::detail::brief(v));
+    } else {
+      KILN_FAIL(kLm, "unknown config field '{}'", key);
+    }
+  }
+  c.validate();
+  return c;
+}
+
+}  // namespace kiln::models
