@@ -147,9 +147,9 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   train::Trainer trainer(epochs, callbacks,
                          {.out = &log, .tty = o.tty, .config = config.dump(), .on_nan = on_nan});
 
-  fmt::print(log, "{}: {} parameters · {} train / {} test images · batch {} · {} epoch{} · {} thread{}\n", o.model,
+  fmt::print(log, "{}: {} parameters · {} train / {} test images · batch {} · {} epoch{} · {}\n", o.model,
              model->num_parameters(), train_set->size(), test_set->size(), batch_size, epochs, epochs == 1 ? "" : "s",
-             get_num_threads(), get_num_threads() == 1 ? "" : "s");
+             threads_and_cpu());
 
   train::SignalGuard signals;  // SIGINT/SIGTERM: finish the step, save, exit 130/143
   try {

@@ -1,9 +1,18 @@
 // Shared pieces of the Trainer-based jobs (apps/kiln/job_support.h).
 #include "apps/kiln/job_support.h"
 
+#include <fmt/format.h>
+
+#include "kiln/core/cpu_info.h"
 #include "kiln/core/error.h"
+#include "kiln/core/parallel.h"
 
 namespace kiln::app {
+
+std::string threads_and_cpu() {
+  const int n = get_num_threads();
+  return fmt::format("{} thread{} · {}", n, n == 1 ? "" : "s", cpu_info().summary());
+}
 
 train::OnNan parse_on_nan(const std::string& op, const std::string& value) {
   if (value == "stop") return train::OnNan::stop;

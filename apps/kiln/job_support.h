@@ -30,6 +30,11 @@ class ReleasePreviousRun : public train::Callback {
   std::shared_ptr<const train::CheckpointCallback> checkpoints_;
 };
 
+/// The end of every job's summary line: the thread count and what kiln chose
+/// for this CPU, e.g. "2 threads · AMD EPYC 7B13: avx2+fma; kernels avx2; bf16
+/// computes in f32" (kiln::cpu_info()).
+std::string threads_and_cpu();
+
 /// "stop" or "skip" (--on-nan) as the Trainer's option; kiln::Error otherwise.
 train::OnNan parse_on_nan(const std::string& op, const std::string& value);
 

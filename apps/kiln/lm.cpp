@@ -393,10 +393,9 @@ LmResult train_lm(const LmOptions& o) {
 
   fmt::print(log,
              "lm: {} parameters ({} layers, {} heads, width {}, context {}) · {} tokenizer, vocabulary {} · {} train / "
-             "{} val tokens · batch {} · {} iterations · {} thread{}\n",
+             "{} val tokens · batch {} · {} iterations · {}\n",
              gpt->num_parameters(), cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, tok->name(),
-             tok->vocab_size(), n_train, n_val, o.batch_size, o.iters, get_num_threads(),
-             get_num_threads() == 1 ? "" : "s");
+             tok->vocab_size(), n_train, n_val, o.batch_size, o.iters, threads_and_cpu());
 
   train::SignalGuard signals;  // SIGINT/SIGTERM: finish the step, save, exit 130/143
   try {

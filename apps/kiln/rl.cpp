@@ -13,6 +13,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "apps/kiln/job_support.h"
 #include "apps/kiln/resume_check.h"
 #include "apps/kiln/run_folder.h"
 #include "kiln/core/error.h"
@@ -157,9 +158,9 @@ PPOJobResult run_ppo(const PPOJobOptions& o) {
   std::ofstream csv_out(csv, std::ios::app);
   KILN_CHECK(csv_out.good(), kOp, "cannot write {}", csv);
 
-  fmt::print(log, "ppo {}: {} parameters · {} envs x {} steps · {} iterations of {} steps · seed {} · {} thread{}\n",
+  fmt::print(log, "ppo {}: {} parameters · {} envs x {} steps · {} iterations of {} steps · seed {} · {}\n",
              p.env, agent.num_parameters(), p.num_envs, p.ppo.num_steps, ppo.num_iterations(), rollout, o.seed,
-             get_num_threads(), get_num_threads() == 1 ? "" : "s");
+             threads_and_cpu());
 
   PPOJobResult r;
   r.target_return = p.target_return;

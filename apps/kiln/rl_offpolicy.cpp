@@ -13,6 +13,7 @@
 #include <iostream>
 #include <memory>
 
+#include "apps/kiln/job_support.h"
 #include "apps/kiln/run_folder.h"
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
@@ -123,8 +124,8 @@ OffPolicyJobResult run_offpolicy(const OffPolicyJobOptions& o) {
   csv << "global_step,seconds,train_return,eval_return,eval_std\n";
   io::CheckpointManager manager(ckpt_dir, {.keep_last = 2});
 
-  fmt::print(log, "{} {}: {} steps · evaluation every {} steps on {} episode{} · seed {}\n", o.algo, rc.env_id, total,
-             eval_every, o.eval_episodes, o.eval_episodes == 1 ? "" : "s", o.seed);
+  fmt::print(log, "{} {}: {} steps · evaluation every {} steps on {} episode{} · seed {} · {}\n", o.algo, rc.env_id,
+             total, eval_every, o.eval_episodes, o.eval_episodes == 1 ? "" : "s", o.seed, threads_and_cpu());
   const auto t0 = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   // The episodes that ended since the last evaluation (the windows are shorter).
