@@ -1,4 +1,4 @@
-// Bounded numeric flags for the kiln command line (docs/reliability_cli.md,
+// Bounded numeric flags for the kiln command line (docs/reliability.md,
 // "CLI input"). CLI11's own conversions wrap (--seed -1 became 2^64 - 1),
 // truncate (--epochs 1e20 became a negative step count) and print double's
 // whole range on a typo; these read the text themselves and refuse anything

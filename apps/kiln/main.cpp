@@ -12,7 +12,7 @@
 // 2 for a command line CLI11 or a numeric flag refuses, 1 for anything a job
 // throws (kiln::Error, std::bad_alloc, a filesystem error, anything else),
 // 128 + N for a run stopped by signal N (SIGINT 130, SIGTERM 143) after its
-// checkpoint. docs/reliability_cli.md.
+// checkpoint. docs/reliability.md.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-// One rule for every job's --resume (docs/reliability_cli.md, "Resume"): the
+// One rule for every job's --resume (docs/reliability.md, "Resume"): the
 // hyper-parameters a checkpoint was trained with must equal this run's, or
 // the run is refused naming the first that differs; --override NAME[,NAME]
 // (or a bare --override: any) accepts the change, and the job records it in

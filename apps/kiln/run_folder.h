@@ -1,5 +1,5 @@
 // RunFolder: the --out folder of a job, opened so that a run never destroys
-// an earlier one (docs/reliability_cli.md, "Run folders"):
+// an earlier one (docs/reliability.md, "Run folders"):
 //
 //   - a folder that holds a previous run (metrics.csv or checkpoints/) is
 //     refused unless the run resumes it (--resume) or replaces it (--overwrite);
