@@ -69,13 +69,16 @@ std::atomic<int>& thread_count() {
 // every region for a scheduler time slice (milliseconds) and a 2-thread step
 // runs at a third of its quiet speed, slower than one thread (issue 22). The
 // wait policy cannot be changed after libgomp has started, so kiln watches its
-// own regions instead: each thread notes when it started and finished its
-// chunk, and the time threads spent waiting for each other (late starts, early
-// finishes) is summed over a window of regions. When the waiting exceeds a
-// quarter of the threads' time, the pool runs on one thread (kiln's loops and
-// oneDNN alike) for a back-off period, then tries all threads again; the
-// back-off doubles, up to 3.2 s, while the contention lasts. Quiet regions
-// wait ~1-5 % of their time; contended ones 30-50 %.
+// own regions instead: each worker notes how late it started its chunk after
+// the fork. A spinning worker starts within microseconds and one woken from
+// sleep within ~0.1 ms; only a worker that was runnable but not running (its
+// core given to another process) starts later than kLate. When over a window
+// of regions (>= 32 and >= 4 ms) such late starts add up to more than a fifth
+// of the regions' time, the pool runs on one thread (kiln's loops and oneDNN
+// alike) for a back-off period, then tries all threads again; the back-off
+// doubles, up to 3.2 s, while the contention lasts. Late starts, not unequal
+// finishes, are the signal: uneven work (causal attention's tasks) makes
+// threads wait at the join on an idle machine too.
 //
 // Only the default count adapts: set_num_threads(n) or KILN_NUM_THREADS=n
 // means exactly n threads. kiln's own kernels give identical results for any
@@ -93,16 +96,15 @@ class ContentionMonitor {
     return false;
   }
 
-  // One region of n working threads: busy is their summed time in their
-  // chunks (each scaled to a full-size chunk, so a short last chunk is not
-  // taken for waiting), span the region's wall time; both in Clock ticks.
-  void record(int n, int64_t busy, int64_t span) {
+  // One region: `late`, its latest worker's start after the fork, and `span`,
+  // its wall time (Clock ticks).
+  void record(int64_t late, int64_t span) {
     std::lock_guard<std::mutex> lock(mu_);
-    waited_ += std::max<int64_t>(0, n * span - busy);
-    total_ += n * span;
+    if (late > kLate) late_ += late;
+    total_ += span;
     if (++regions_ < kWindowRegions || total_ < kWindowTicks) return;
-    const bool busy_neighbour = 4 * waited_ > total_;
-    regions_ = 0, waited_ = 0, total_ = 0;
+    const bool busy_neighbour = 5 * late_ > total_;
+    regions_ = 0, late_ = 0, total_ = 0;
     if (!busy_neighbour) {
       backoff_ = kMinBackoff;
       return;
@@ -120,6 +122,7 @@ class ContentionMonitor {
 
  private:
   static constexpr int64_t kWindowRegions = 32;
+  static constexpr int64_t kLate = std::chrono::duration_cast<Clock::duration>(std::chrono::microseconds(300)).count();
   static constexpr int64_t kWindowTicks = std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds(4)).count();
   static constexpr int64_t kMinBackoff = std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds(100)).count();
   static constexpr int64_t kMaxBackoff = 32 * kMinBackoff;
@@ -127,7 +130,7 @@ class ContentionMonitor {
   std::atomic<bool> contended_{false};
   std::atomic<int64_t> until_{0};
   std::mutex mu_;
-  int64_t regions_ = 0, waited_ = 0, total_ = 0, episodes_ = 0;
+  int64_t regions_ = 0, late_ = 0, total_ = 0, episodes_ = 0;
   int64_t backoff_ = kMinBackoff;
 };
 
@@ -200,13 +203,17 @@ void parallel_run(int64_t begin, int64_t end, int64_t grain, FunctionRef<void(in
   using Clock = ContentionMonitor::Clock;
   std::exception_ptr error;
   std::atomic<bool> failed{false};
-  std::atomic<int64_t> busy{0};
-  std::atomic<int> working{0};
+  std::atomic<int64_t> late{0};
   const auto t0 = Clock::now();
 #pragma omp parallel num_threads(nt)
   {
-    const auto start = Clock::now();
+    const int64_t started = (Clock::now() - t0).count();
     int64_t n = omp_get_num_threads(), tid = omp_get_thread_num();
+    if (tid > 0) {
+      int64_t seen = late.load(std::memory_order_relaxed);
+      while (started > seen && !late.compare_exchange_weak(seen, started, std::memory_order_relaxed)) {
+      }
+    }
     int64_t chunk = (len + n - 1) / n;
     int64_t lo = begin + tid * chunk, hi = std::min(end, lo + chunk);
     if (lo < hi) {
@@ -215,16 +222,11 @@ void parallel_run(int64_t begin, int64_t end, int64_t grain, FunctionRef<void(in
       } catch (...) {
         if (!failed.exchange(true)) error = std::current_exception();
       }
-      const int64_t took = (Clock::now() - start).count();
-      busy.fetch_add(hi - lo == chunk ? took : int64_t(double(took) * double(chunk) / double(hi - lo)),
-                     std::memory_order_relaxed);
-      working.fetch_add(1, std::memory_order_relaxed);
     }
   }
   if (error) std::rethrow_exception(error);
-  const int team = working.load(std::memory_order_relaxed);
-  if (team > 1 && adaptive().load(std::memory_order_relaxed))
-    monitor().record(team, busy.load(std::memory_order_relaxed), (Clock::now() - t0).count());
+  if (adaptive().load(std::memory_order_relaxed))
+    monitor().record(late.load(std::memory_order_relaxed), (Clock::now() - t0).count());
 }
 
 }  // namespace detail
