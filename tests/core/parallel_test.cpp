@@ -199,20 +199,6 @@ TEST(Parallel, DefaultPoolDropsToOneThreadWhileABusyNeighbourHoldsItsThreadsUp) 
   EXPECT_EQ(contention_episodes(), episodes);
 }
 
-TEST(Parallel, UnevenWorkIsNotTakenForContention) {
-  // Threads that finish at different times on an idle machine (causal
-  // attention's tasks) wait at the join; that is not a busy neighbour.
-  if (available_cpus() < 2) GTEST_SKIP() << "needs 2 CPUs";
-  ThreadCount restore;
-  use_default_threads();
-  const int64_t before = contention_episodes();
-  for (int i = 0; i < 100; ++i)
-    parallel_for(0, 2, 1, [](int64_t lo, int64_t) {
-      if (lo == 1) std::this_thread::sleep_for(std::chrono::microseconds(500));
-    });
-  EXPECT_EQ(contention_episodes(), before);
-}
-
 TEST(Parallel, ErrorsInWorkersPropagate) {
   ThreadCount restore;
   set_num_threads(2);

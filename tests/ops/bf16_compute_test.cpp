@@ -22,9 +22,15 @@ class Bf16Mode {
   Bf16Compute saved_;
 };
 
+// f32 always; native where the CPU has bf16 instructions that oneDNN may use
+// (its ONEDNN_MAX_CPU_ISA cap can forbid them).
 std::vector<Bf16Compute> supported_modes() {
   std::vector<Bf16Compute> modes{Bf16Compute::f32};
-  if (cpu_info().avx512_bf16 || cpu_info().amx_bf16) modes.push_back(Bf16Compute::native);
+  try {
+    Bf16Mode probe(Bf16Compute::native);
+    modes.push_back(Bf16Compute::native);
+  } catch (const Error&) {
+  }
   return modes;
 }
 
