@@ -58,6 +58,10 @@ constexpr bool kBuiltWithAvx512 = false;
 #endif
 
 bool supports(KernelIsa isa, const CpuInfo& c) { return isa == KernelIsa::avx2 || (c.avx512 && kBuiltWithAvx512); }
+
+const char* why_no_avx512(const CpuInfo& c) {
+  return c.avx512 ? "this build's KILN_ARCH has no AVX-512" : "this CPU has no AVX-512";
+}
 bool supports(Bf16Compute mode, const CpuInfo& c) {
   return mode == Bf16Compute::f32 || ((c.avx512_bf16 || c.amx_bf16) && onednn_cap_admits_bf16());
 }
@@ -79,7 +83,7 @@ CpuInfo detect() {
     std::string_view s(v);
     KILN_CHECK(s == "avx2" || s == "avx512", "cpu_info", "KILN_ISA must be avx2 or avx512, got '{}'", s);
     KernelIsa want = s == "avx2" ? KernelIsa::avx2 : KernelIsa::avx512;
-    KILN_CHECK(supports(want, c), "cpu_info", "KILN_ISA=avx512 but {}", c.avx512 ? "this build's KILN_ARCH has no AVX-512" : "this CPU has no AVX-512");
+    KILN_CHECK(supports(want, c), "cpu_info", "KILN_ISA=avx512 but {}", why_no_avx512(c));
     c.kernel_isa = want;
   }
   if (const char* v = std::getenv("KILN_BF16"); v && *v) {
@@ -118,7 +122,7 @@ namespace detail {
 
 void set_kernel_isa(KernelIsa isa) {
   KILN_CHECK(supports(isa, info()), "set_kernel_isa", "{} kernels are not available: {}", name(isa),
-             info().avx512 ? "this build's KILN_ARCH has no AVX-512" : "this CPU has no AVX-512");
+             why_no_avx512(info()));
   info().kernel_isa = isa;
 }
 

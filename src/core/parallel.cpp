@@ -85,6 +85,12 @@ std::atomic<int>& thread_count() {
 // thread count; oneDNN's may differ in the last bits (its reductions split by
 // thread), so a run that must repeat bit for bit under varying load sets its
 // count explicitly.
+// A duration in steady_clock ticks.
+template <class D>
+constexpr int64_t ticks(D d) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(d).count();
+}
+
 class ContentionMonitor {
  public:
   using Clock = std::chrono::steady_clock;
@@ -122,9 +128,9 @@ class ContentionMonitor {
 
  private:
   static constexpr int64_t kWindowRegions = 32;
-  static constexpr int64_t kLate = std::chrono::duration_cast<Clock::duration>(std::chrono::microseconds(300)).count();
-  static constexpr int64_t kWindowTicks = std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds(4)).count();
-  static constexpr int64_t kMinBackoff = std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds(100)).count();
+  static constexpr int64_t kLate = ticks(std::chrono::microseconds(300));
+  static constexpr int64_t kWindowTicks = ticks(std::chrono::milliseconds(4));
+  static constexpr int64_t kMinBackoff = ticks(std::chrono::milliseconds(100));
   static constexpr int64_t kMaxBackoff = 32 * kMinBackoff;
 
   std::atomic<bool> contended_{false};
