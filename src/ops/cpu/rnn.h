@@ -8,6 +8,19 @@
 
 namespace kiln::cpu {
 
+namespace rnn_detail {
+/// The cell kernels' typed pointers: an input's data, an output's (null when
+/// the output is not wanted).
+template <class T>
+const T* cptr(const Tensor& t) {
+  return static_cast<const T*>(t.data_ptr());
+}
+template <class T>
+T* mptr(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
+}  // namespace rnn_detail
+
 /// gates [B, 4H] (i, f, g, o pre-activations), c [B, H] -> h_out, c_out [B, H].
 void lstm_cell(const Tensor& gates, const Tensor& c, const Tensor& h_out, const Tensor& c_out);
 /// Backward of lstm_cell for upstream gh, gc [B, H] (gradients of h_out and

@@ -14,14 +14,9 @@ namespace ref {
 
 namespace {
 
-template <class T>
-const T* cptr(const Tensor& t) {
-  return static_cast<const T*>(t.data_ptr());
-}
-template <class T>
-T* mptr(const Tensor& t) {
-  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
-}
+using rnn_detail::cptr;
+using rnn_detail::mptr;
+
 double sig(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 template <class F>
 void with_t(DType dt, F&& fn) {

@@ -26,13 +26,7 @@ void scaled_update(T* p, const T* u, int64_t n, double decay_factor, double scal
   KILN_ISA_CALL(scaled_update<T>, p, u, n, decay_factor, scale);
 }
 
-#define KILN_INSTANTIATE(T)                                                                  \
-  template void sgd_update<T>(T*, const T*, T*, int64_t, const SgdArgs&);                    \
-  template void adam_update<T>(T*, const T*, T*, T*, T*, int64_t, const AdamArgs&);          \
-  template void muon_momentum<T>(const T*, T*, T*, int64_t, double, bool);                   \
-  template void scaled_update<T>(T*, const T*, int64_t, double, double);
-KILN_INSTANTIATE(float)
-KILN_INSTANTIATE(double)
-#undef KILN_INSTANTIATE
+KILN_FUSED_UPDATES_INSTANTIATE(float)
+KILN_FUSED_UPDATES_INSTANTIATE(double)
 
 }  // namespace kiln::optim::cpu

@@ -40,4 +40,12 @@ void muon_momentum(const T* g, T* buf, T* out, int64_t n, double beta, bool nest
 template <class T>
 void scaled_update(T* p, const T* u, int64_t n, double decay_factor, double scale);
 
+/// Explicit instantiations of the four updates for T, in the namespace where
+/// it is expanded (the entry points, and each ISA copy's).
+#define KILN_FUSED_UPDATES_INSTANTIATE(T)                                            \
+  template void sgd_update<T>(T*, const T*, T*, int64_t, const SgdArgs&);           \
+  template void adam_update<T>(T*, const T*, T*, T*, T*, int64_t, const AdamArgs&); \
+  template void muon_momentum<T>(const T*, T*, T*, int64_t, double, bool);          \
+  template void scaled_update<T>(T*, const T*, int64_t, double, double);
+
 }  // namespace kiln::optim::cpu

@@ -18,20 +18,15 @@ namespace kiln::cpu::KILN_ISA_NS {
 
 namespace {
 
+using rnn_detail::cptr;
+using rnn_detail::mptr;
+
 constexpr int64_t kGrain = 8192;  // elements of [B, H] per parallel chunk, at least
 // The same for lstm_cell_train (five transcendentals per element, ~40 us for
 // a [32, 256] step on one thread, 25 us on two): it runs once per timestep on
 // the recurrence's critical path, so a step is split over the threads.
 constexpr int64_t kStepGrain = 2048;
 
-template <class T>
-const T* cptr(const Tensor& t) {
-  return static_cast<const T*>(t.data_ptr());
-}
-template <class T>
-T* mptr(const Tensor& t) {
-  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
-}
 
 // fn(lo, hi) over row ranges of B rows of width H.
 template <class F>
