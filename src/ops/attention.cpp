@@ -1,5 +1,5 @@
 // scaled_dot_product_attention: argument checks, the policy, the standard
-// path composed of kiln ops, the flash path (cpu::flash_attention_* with a
+// path composed of kiln ops, the flash path (backend::cpu::flash_attention_* with a
 // fused vjp), and the causal / padding mask helpers.
 // Letter legend: B batch, H heads, Tq queries, Tk keys, Dh q/k dim, Dv v dim.
 #include "kiln/ops/attention.h"
@@ -14,7 +14,7 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/attention.h"
+#include "src/backend/cpu/nn/attention.h"
 
 namespace kiln {
 
@@ -151,8 +151,8 @@ Grads composed_grads(const Tensor& q, const Tensor& k, const Tensor& v, const Te
           matmul(transpose(P, -2, -1), g)};
 }
 
-cpu::AttentionShape kernel_shape(const Problem& p) {
-  cpu::AttentionShape s;
+backend::cpu::AttentionShape kernel_shape(const Problem& p) {
+  backend::cpu::AttentionShape s;
   s.B = p.B;
   s.H = p.H;
   s.Tq = p.Tq;
@@ -211,10 +211,10 @@ bool one_projection(const Tensor& q, const Tensor& k, const Tensor& v, const Pro
 }
 
 AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const Problem& p) {
-  const cpu::AttentionShape s = kernel_shape(p);
+  const backend::cpu::AttentionShape s = kernel_shape(p);
   Tensor out = empty_heads(q, p.B, p.H, p.Tq, p.Dv);
   Tensor lse = Tensor::empty({p.B, p.H, p.Tq}, q.dtype());  // +inf marks a fully masked row
-  cpu::flash_attention_forward(s, unit_rows(q), unit_rows(k), unit_rows(v), out, lse);
+  backend::cpu::flash_attention_forward(s, unit_rows(q), unit_rows(k), unit_rows(v), out, lse);
   if (needs_grad(q, k, v)) {
     // Saves q, k, v as given (double backward needs them in the graph), out and lse.
     record(kOp, {q, k, v}, {out}, {q, k, v, out, lse}, [s, p](const VjpArgs& a) -> Grads {
@@ -238,7 +238,7 @@ AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const P
         dk = empty_heads(k, p.B, p.H, p.Tk, p.Dh);
         dv = empty_heads(v, p.B, p.H, p.Tk, p.Dv);
       }
-      cpu::flash_attention_backward(s, unit_rows(q), unit_rows(k), unit_rows(v), a.saved[3], a.grad(), a.saved[4],
+      backend::cpu::flash_attention_backward(s, unit_rows(q), unit_rows(k), unit_rows(v), a.saved[3], a.grad(), a.saved[4],
                                     dq, dk, dv);
       return {a.needs(0) ? dq : Tensor(), a.needs(1) ? dk : Tensor(), a.needs(2) ? dv : Tensor()};
     });

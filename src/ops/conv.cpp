@@ -1,6 +1,6 @@
 // conv1d/conv2d/conv_transpose1d/conv_transpose2d: argument checks, output
 // sizes (PyTorch's rules), and three differentiable primitives that are each
-// other's vjps (NOTE [Conv geometry] in src/ops/cpu/conv.h):
+// other's vjps (NOTE [Conv geometry] in src/backend/cpu/linalg/conv.h):
 //   conv_fwd:      small = conv(large, w)          (conv2d)
 //   conv_bwd_data: large = conv^T(small, w)        (conv_transpose2d)
 //   conv_bwd_w:    gw = corr(large, small), gb = sum(small)
@@ -16,13 +16,13 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/conv.h"
+#include "src/backend/cpu/linalg/conv.h"
 
 namespace kiln {
 
 namespace {
 
-using cpu::ConvGeom;
+using backend::cpu::ConvGeom;
 
 Tensor conv_fwd(const char* op, const ConvGeom& g, const Tensor& large, const Tensor& w, const Tensor& bias);
 Tensor conv_bwd_data(const char* op, const ConvGeom& g, const Tensor& small, const Tensor& w, const Tensor& bias);
@@ -34,7 +34,7 @@ Tensor bias_grad(const Tensor& g) { return sum(g, {0, 2, 3}); }
 
 Tensor conv_fwd(const char* op, const ConvGeom& g, const Tensor& large, const Tensor& w, const Tensor& bias) {
   Tensor small = Tensor::empty({g.B, g.O, g.OH, g.OW}, large.dtype());
-  cpu::conv_forward(g, large, w, bias.defined() ? &bias : nullptr, small);
+  backend::cpu::conv_forward(g, large, w, bias.defined() ? &bias : nullptr, small);
   if (needs_grad(large, w, bias)) {
     record(op, {large, w, bias}, {small}, {needs_grad(w) ? large : Tensor(), needs_grad(large) ? w : Tensor()},
            [op, g](const VjpArgs& a) -> Grads {
@@ -51,7 +51,7 @@ Tensor conv_fwd(const char* op, const ConvGeom& g, const Tensor& large, const Te
 
 Tensor conv_bwd_data(const char* op, const ConvGeom& g, const Tensor& small, const Tensor& w, const Tensor& bias) {
   Tensor large = Tensor::empty({g.B, g.C, g.H, g.W}, small.dtype());
-  cpu::conv_backward_data(g, small, w, bias.defined() ? &bias : nullptr, large);
+  backend::cpu::conv_backward_data(g, small, w, bias.defined() ? &bias : nullptr, large);
   if (needs_grad(small, w, bias)) {
     record(op, {small, w, bias}, {large}, {needs_grad(w) ? small : Tensor(), needs_grad(small) ? w : Tensor()},
            [op, g](const VjpArgs& a) -> Grads {
@@ -71,7 +71,7 @@ std::pair<Tensor, Tensor> conv_bwd_w(const char* op, const ConvGeom& g, const Te
   const DType dt = large.dtype();
   Tensor gw = Tensor::empty({g.O, g.C / g.groups, g.KH, g.KW}, dt);
   Tensor gb = with_bias ? Tensor::empty({g.O}, dt) : Tensor();
-  cpu::conv_backward_weights(g, large, small, gw, with_bias ? &gb : nullptr);
+  backend::cpu::conv_backward_weights(g, large, small, gw, with_bias ? &gb : nullptr);
   if (needs_grad(large, small)) {
     // Bilinear in (large, small): d/dlarge = conv^T(small, Gw);
     // d/dsmall = conv(large, Gw) + Gb broadcast over batch and space.

@@ -4,7 +4,7 @@
 #include "kiln/ops/index.h"
 #include "kiln/ops/record.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/index.h"
+#include "src/backend/cpu/index/index.h"
 
 namespace kiln {
 
@@ -21,7 +21,7 @@ std::pair<Tensor, Tensor> sorted_prefix(const char* op, const Tensor& x, int64_t
   auto row = [](const Tensor& t) {
     return t.dim() ? t : Tensor::make_view(t.storage(), {1}, {1}, t.storage_offset(), t.dtype());
   };
-  cpu::sort(row(x), d, descending, row(values), row(indices));
+  backend::cpu::sort(row(x), d, descending, row(values), row(indices));
   if (needs_grad(x))
     record(op, {x}, {values}, {indices}, [d, in = x.shape()](const VjpArgs& a) -> Grads {
       return {scatter(zeros(in, {.dtype = a.grad().dtype()}), d, a.saved[0], a.grad())};

@@ -1,5 +1,5 @@
 // Losses: argument checks, reductions and vjps around the fused kernels in
-// src/ops/cpu/loss.cpp. When grad mode is on during backward (create_graph)
+// src/backend/cpu/nn/loss.cpp. When grad mode is on during backward (create_graph)
 // the vjps compose kiln ops instead, so higher derivatives work.
 #include "kiln/ops/loss.h"
 
@@ -13,7 +13,7 @@
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/loss.h"
+#include "src/backend/cpu/nn/loss.h"
 
 namespace kiln {
 
@@ -67,7 +67,7 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
     KILN_CHECK(!needs_grad(opts.weight), op, "no gradient flows to weight; pass weight.detach()");
   }
   Tensor tc = nograd(targets, targets.dtype());
-  if (int64_t bad = cpu::first_bad_target(tc, C, opts.ignore_index); bad >= 0) {
+  if (int64_t bad = backend::cpu::first_bad_target(tc, C, opts.ignore_index); bad >= 0) {
     const int64_t v = tc.dtype() == kI32 ? tc.data<int32_t>()[bad] : tc.data<int64_t>()[bad];
     KILN_FAIL(op, "target {} at flat position {} is out of range for {} classes (expected [0, {}) or ignore_index {})",
               v, bad, C, C, opts.ignore_index);
@@ -105,7 +105,7 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
   const bool grad = needs_grad(xc);
   Tensor probs = grad && C <= kKeepProbsMaxClasses ? Tensor::empty({R, C}, dt) : Tensor();
   double total = 0, wsum = 0;
-  cpu::cross_entropy(xc, tc, weights, opts.ignore_index, opts.label_smoothing, lse, probs, rows, &total, &wsum);
+  backend::cpu::cross_entropy(xc, tc, weights, opts.ignore_index, opts.label_smoothing, lse, probs, rows, &total, &wsum);
   // Mean divides by the weight of the counted rows; nothing counted gives 0 (SPECS F2).
   const double scale = opts.reduction == Reduction::Mean ? (wsum > 0 ? 1.0 / wsum : 0.0) : 1.0;
   Tensor out = opts.reduction == Reduction::None ? rows : scalar_like(total * scale, dt);
@@ -127,7 +127,7 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
         return {(softmax(x, -1) - q) * unsqueeze(coef, -1)};
       }
       Tensor gx = Tensor::empty(x.shape(), x.dtype());
-      cpu::cross_entropy_backward(x, t, w, ignore, s, a.saved[3], a.saved[4], contiguous(g), scale, gx);
+      backend::cpu::cross_entropy_backward(x, t, w, ignore, s, a.saved[3], a.saved[4], contiguous(g), scale, gx);
       return {gx};
     });
   }
@@ -141,9 +141,9 @@ Tensor reduce(const Tensor& l, Reduction r) {
 }
 
 // dl/dx and dl/dy in differentiable kiln ops (create_graph, and the composite path).
-std::pair<Tensor, Tensor> pointwise_grads(cpu::PointwiseLoss kind, double beta, const Tensor& x, const Tensor& y,
+std::pair<Tensor, Tensor> pointwise_grads(backend::cpu::PointwiseLoss kind, double beta, const Tensor& x, const Tensor& y,
                                           const Tensor& pw) {
-  using K = cpu::PointwiseLoss;
+  using K = backend::cpu::PointwiseLoss;
   Tensor d = x - y;
   switch (kind) {
     case K::mse: return {2.0 * d, -2.0 * d};
@@ -163,9 +163,9 @@ std::pair<Tensor, Tensor> pointwise_grads(cpu::PointwiseLoss kind, double beta, 
   return {};
 }
 
-Tensor pointwise_impl(const char* op, cpu::PointwiseLoss kind, const Tensor& x, const Tensor& y, const Tensor& weight,
+Tensor pointwise_impl(const char* op, backend::cpu::PointwiseLoss kind, const Tensor& x, const Tensor& y, const Tensor& weight,
                       const Tensor& pos_weight, Reduction reduction, double beta) {
-  using K = cpu::PointwiseLoss;
+  using K = backend::cpu::PointwiseLoss;
   check_defined(op, x);
   check_defined(op, y, "target");
   KILN_CHECK(is_floating(x.dtype()), op, "expects a floating input (f32, f64, bf16), got {} {}", name(x.dtype()),
@@ -187,7 +187,7 @@ Tensor pointwise_impl(const char* op, cpu::PointwiseLoss kind, const Tensor& x, 
   KILN_CHECK(beta >= 0 && std::isfinite(beta), op, "beta must be finite and >= 0, got {}", beta);
   Tensor xc = nograd(x, x.dtype()), yc = nograd(y, y.dtype());
   if (kind == K::bce)
-    KILN_CHECK(cpu::all_probabilities(xc), op, "input values must be probabilities in [0, 1] (input {})",
+    KILN_CHECK(backend::cpu::all_probabilities(xc), op, "input values must be probabilities in [0, 1] (input {})",
                to_string(x.shape()));
 
   // A weight that itself needs a gradient: compose kiln ops (rare; no fused kernel).
@@ -206,7 +206,7 @@ Tensor pointwise_impl(const char* op, cpu::PointwiseLoss kind, const Tensor& x, 
   }
   const int64_t n = x.numel();
   Tensor out = reduction == Reduction::None ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
-  const double total = cpu::pointwise_loss(kind, beta, xc, yc, wc, pc, out);
+  const double total = backend::cpu::pointwise_loss(kind, beta, xc, yc, wc, pc, out);
   const double scale = reduction == Reduction::Mean ? 1.0 / double(n) : 1.0;  // n == 0: NaN, as PyTorch
   if (reduction != Reduction::None) out = scalar_like(total * scale, x.dtype());
 
@@ -221,7 +221,7 @@ Tensor pointwise_impl(const char* op, cpu::PointwiseLoss kind, const Tensor& x, 
       }
       Tensor gx = a.needs(0) ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
       Tensor gy = a.needs(1) ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
-      cpu::pointwise_loss_backward(kind, beta, x, y, w, pw, contiguous(a.grad()), scale, gx, gy);
+      backend::cpu::pointwise_loss_backward(kind, beta, x, y, w, pw, contiguous(a.grad()), scale, gx, gy);
       return {gx, gy};
     });
   }
@@ -242,25 +242,25 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& 
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& weight,
                                         const Tensor& pos_weight, Reduction reduction) {
-  return pointwise_impl("binary_cross_entropy_with_logits", cpu::PointwiseLoss::bce_with_logits, logits, targets,
+  return pointwise_impl("binary_cross_entropy_with_logits", backend::cpu::PointwiseLoss::bce_with_logits, logits, targets,
                         weight, pos_weight, reduction, 0.0);
 }
 
 Tensor binary_cross_entropy(const Tensor& probs, const Tensor& targets, const Tensor& weight, Reduction reduction) {
-  return pointwise_impl("binary_cross_entropy", cpu::PointwiseLoss::bce, probs, targets, weight, Tensor(), reduction,
+  return pointwise_impl("binary_cross_entropy", backend::cpu::PointwiseLoss::bce, probs, targets, weight, Tensor(), reduction,
                         0.0);
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  return pointwise_impl("mse_loss", cpu::PointwiseLoss::mse, input, target, Tensor(), Tensor(), reduction, 0.0);
+  return pointwise_impl("mse_loss", backend::cpu::PointwiseLoss::mse, input, target, Tensor(), Tensor(), reduction, 0.0);
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  return pointwise_impl("l1_loss", cpu::PointwiseLoss::l1, input, target, Tensor(), Tensor(), reduction, 0.0);
+  return pointwise_impl("l1_loss", backend::cpu::PointwiseLoss::l1, input, target, Tensor(), Tensor(), reduction, 0.0);
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
-  return pointwise_impl("smooth_l1_loss", cpu::PointwiseLoss::smooth_l1, input, target, Tensor(), Tensor(), reduction,
+  return pointwise_impl("smooth_l1_loss", backend::cpu::PointwiseLoss::smooth_l1, input, target, Tensor(), Tensor(), reduction,
                         beta);
 }
 

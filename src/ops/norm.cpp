@@ -1,5 +1,5 @@
 // layer_norm, rms_norm and batch_norm: argument checks, the fused CPU kernels
-// (src/ops/cpu/norm.cpp) and their vjps. The vjps run the fused backward
+// (src/backend/cpu/nn/norm.cpp) and their vjps. The vjps run the fused backward
 // kernel; when grad mode is on during backward (create_graph), they instead
 // compose kiln ops that recompute the statistics from x, so higher
 // derivatives are exact.
@@ -14,7 +14,7 @@
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/norm.h"
+#include "src/backend/cpu/nn/norm.h"
 
 namespace kiln {
 
@@ -72,7 +72,7 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Shape& normalized_
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   Tensor mean = rms ? Tensor() : Tensor::empty({M}, sd);
   Tensor rstd = Tensor::empty({M}, sd);
-  cpu::layer_norm(xc, wc, bc, eps, rms, out, mean, rstd);
+  backend::cpu::layer_norm(xc, wc, bc, eps, rms, out, mean, rstd);
 
   if (needs_grad(x, weight, bias)) {
     record(op, {x, weight, bias}, {out}, {x, weight, mean, rstd}, [rms, eps, k, norm_shape = normalized_shape](const VjpArgs& a) -> Grads {
@@ -94,7 +94,7 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Shape& normalized_
       Tensor gx = a.needs(0) ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
       Tensor gw = a.needs(1) ? Tensor::empty(w.shape(), w.dtype()) : Tensor();
       Tensor gb = a.needs(2) ? Tensor::empty(norm_shape, x.dtype()) : Tensor();
-      cpu::layer_norm_backward(contiguous(g), contiguous(x), w.defined() ? contiguous(w) : w, a.saved[2],
+      backend::cpu::layer_norm_backward(contiguous(g), contiguous(x), w.defined() ? contiguous(w) : w, a.saved[2],
                                a.saved[3], rms, gx, gw, gb);
       return {gx, gw, gb};
     });
@@ -148,7 +148,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     if (training) {
       mean = Tensor::empty({C}, sd);
       Tensor var = Tensor::empty({C}, sd);
-      cpu::batch_norm_stats(xc, mean, var);
+      backend::cpu::batch_norm_stats(xc, mean, var);
       invstd = rsqrt(add(var, opts.eps));
       if (running_mean.defined()) {
         // running = (1 - m) * running + m * batch (SPECS L8: biased variance unless asked).
@@ -163,7 +163,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     }
   }
   Tensor out = Tensor::empty(x.shape(), x.dtype());
-  cpu::batch_norm_apply(xc, mean, invstd, contiguous_nograd(weight), contiguous_nograd(bias), out);
+  backend::cpu::batch_norm_apply(xc, mean, invstd, contiguous_nograd(weight), contiguous_nograd(bias), out);
 
   if (needs_grad(x, weight, bias)) {
     const double eps = opts.eps;
@@ -195,7 +195,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       Tensor gx = a.needs(0) ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
       Tensor gw = a.needs(1) ? Tensor::empty({C}, x.dtype()) : Tensor();
       Tensor gb = a.needs(2) ? Tensor::empty({C}, x.dtype()) : Tensor();
-      cpu::batch_norm_backward(contiguous(g), contiguous(x), a.saved[2], a.saved[3],
+      backend::cpu::batch_norm_backward(contiguous(g), contiguous(x), a.saved[2], a.saved[3],
                                w.defined() ? contiguous(w) : w, training, gx, gw, gb);
       return {gx, gw, gb};
     });

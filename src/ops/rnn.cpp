@@ -1,5 +1,5 @@
 // lstm_cell_pointwise and gru_cell_pointwise: argument checks, the fused CPU
-// kernels (src/ops/cpu/rnn.cpp) and their vjps. A vjp runs the fused backward
+// kernels (src/backend/cpu/nn/rnn.cpp) and their vjps. A vjp runs the fused backward
 // kernel; when grad mode is on during backward (create_graph) it writes the
 // same formulas with kiln ops, recomputing the activations from the saved
 // pre-activations, so higher derivatives stay exact.
@@ -15,9 +15,9 @@
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/copy.h"
-#include "src/ops/cpu/matmul.h"
-#include "src/ops/cpu/rnn.h"
+#include "src/backend/cpu/copy/copy.h"
+#include "src/backend/cpu/linalg/matmul.h"
+#include "src/backend/cpu/nn/rnn.h"
 
 namespace kiln {
 
@@ -70,7 +70,7 @@ std::pair<Tensor, Tensor> lstm_cell_pointwise(const Tensor& gates, const Tensor&
   Tensor gc = contiguous_nograd(gates), cc = contiguous_nograd(c);
   Tensor h_new = Tensor::empty(c.shape(), c.dtype());
   Tensor c_new = Tensor::empty(c.shape(), c.dtype());
-  cpu::lstm_cell(gc, cc, h_new, c_new);
+  backend::cpu::lstm_cell(gc, cc, h_new, c_new);
   if (needs_grad(gates, c)) {
     // Saves the inputs (the gates are the recurrent GEMM's output, alive
     // anyway) and c_new; the activations are recomputed in backward.
@@ -83,7 +83,7 @@ std::pair<Tensor, Tensor> lstm_cell_pointwise(const Tensor& gates, const Tensor&
       }
       Tensor dgates = a.needs(0) ? Tensor::empty(gates.shape(), gates.dtype()) : Tensor();
       Tensor dc = a.needs(1) ? Tensor::empty(c.shape(), c.dtype()) : Tensor();
-      cpu::lstm_cell_backward(contiguous(gates), contiguous(c), contiguous(c_new), contiguous(dh), contiguous(dc_new),
+      backend::cpu::lstm_cell_backward(contiguous(gates), contiguous(c), contiguous(c_new), contiguous(dh), contiguous(dc_new),
                               dgates, dc);
       return {dgates, dc};
     });
@@ -97,7 +97,7 @@ Tensor gru_cell_pointwise(const Tensor& gi, const Tensor& gh, const Tensor& h) {
   check_cell(op, "gh", gh, 3, "h", h);
   Tensor ic = contiguous_nograd(gi), rc = contiguous_nograd(gh), hc = contiguous_nograd(h);
   Tensor out = Tensor::empty(h.shape(), h.dtype());
-  cpu::gru_cell(ic, rc, hc, out);
+  backend::cpu::gru_cell(ic, rc, hc, out);
   if (needs_grad(gi, gh, h)) {
     record(op, {gi, gh, h}, {out}, {gi, gh, h}, [](const VjpArgs& a) -> Grads {
       const Tensor &gi = a.saved[0], &gh = a.saved[1], &h = a.saved[2];
@@ -115,7 +115,7 @@ Tensor gru_cell_pointwise(const Tensor& gi, const Tensor& gh, const Tensor& h) {
       Tensor dgi = a.needs(0) ? Tensor::empty(gi.shape(), gi.dtype()) : Tensor();
       Tensor dgh = a.needs(1) ? Tensor::empty(gh.shape(), gh.dtype()) : Tensor();
       Tensor dh = a.needs(2) ? Tensor::empty(h.shape(), h.dtype()) : Tensor();
-      cpu::gru_cell_backward(contiguous(gi), contiguous(gh), contiguous(h), contiguous(g), dgi, dgh, dh);
+      backend::cpu::gru_cell_backward(contiguous(gi), contiguous(gh), contiguous(h), contiguous(g), dgi, dgh, dh);
       return {dgi, dgh, dh};
     });
   }
@@ -132,7 +132,7 @@ namespace {
 // adds h_{t-1} W_hh^T into its slice, and the cell kernel overwrites the
 // slice with the activations i, f, g, o), cs and tcs [T, B, H] (every step's
 // c and tanh(c)) and the output hs [T, B, H], so backward evaluates no
-// transcendental (cpu::lstm_cell_backward_acts). Backward keeps dG [T, B, 4H] (dgates of every
+// transcendental (backend::cpu::lstm_cell_backward_acts). Backward keeps dG [T, B, 4H] (dgates of every
 // step) and dH [T, B, H] (g_hs, into whose slice t-1 step t adds
 // dgates_t W_hh), and carries dc [B, H]; after the loop the weight grads are
 // one GEMM each over all T*B rows: dW_ih = dG^T x, dW_hh = dG[1:]^T hs[:-1]
@@ -169,8 +169,8 @@ void check_seq(const char* op, const Tensor& x, const Tensor& h0, const Tensor& 
                name(x.dtype()), what, name(t->dtype()));
 }
 
-cpu::MatmulEpilogue accumulate_into() {
-  cpu::MatmulEpilogue ep;
+backend::cpu::MatmulEpilogue accumulate_into() {
+  backend::cpu::MatmulEpilogue ep;
   ep.beta = 1;
   return ep;
 }
@@ -186,14 +186,14 @@ void recurrent_product(const Tensor& h, const Tensor& w_hh, const Tensor& gates_
   const int64_t B = h.shape()[0], H = h.shape()[1], N = w_hh.shape()[0];
   const int64_t parts = effective_num_threads();
   if (parts <= 1 || B * H * N < (int64_t(1) << 19) || N < 32 * parts) {
-    cpu::matmul(h, w_hh.t(), gates_t, accumulate_into());
+    backend::cpu::matmul(h, w_hh.t(), gates_t, accumulate_into());
     return;
   }
   parallel_for(0, parts, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t p = lo; p < hi; ++p) {
       // Column blocks on 16-column (one AVX-512 vector of f32) boundaries.
       const int64_t c0 = N * p / parts / 16 * 16, c1 = p + 1 == parts ? N : N * (p + 1) / parts / 16 * 16;
-      cpu::matmul(h, w_hh.narrow(0, c0, c1 - c0).t(), gates_t.narrow(1, c0, c1 - c0), accumulate_into());
+      backend::cpu::matmul(h, w_hh.narrow(0, c0, c1 - c0).t(), gates_t.narrow(1, c0, c1 - c0), accumulate_into());
     }
   });
 }
@@ -264,21 +264,21 @@ std::pair<Tensor, Tensor> lstm_sequence(const Tensor& x, const Tensor& h0, const
     // projection's epilogue ([4H], once per call).
     if (b_ih.defined() && b_hh.defined()) bias = add(b_ih, b_hh);
     else bias = b_ih.defined() ? b_ih : b_hh;
-    cpu::MatmulEpilogue ep;
+    backend::cpu::MatmulEpilogue ep;
     if (bias.defined()) ep.bias = &bias;
-    cpu::matmul(xc.view({T * B, I}), w_ih.t(), gates.view({T * B, 4 * H}), ep);  // [T*B, I] x [I, 4H]
+    backend::cpu::matmul(xc.view({T * B, I}), w_ih.t(), gates.view({T * B, 4 * H}), ep);  // [T*B, I] x [I, 4H]
     Tensor h = h0c, c = c0c;
     for (int64_t t = 0; t < T; ++t) {
       Tensor g = gates.select(0, t), hn = hs.select(0, t), cn = cs.select(0, t);
       recurrent_product(h, w_hh, g);  // [B, H] x [H, 4H] += into gates[t]
-      cpu::lstm_cell_train(g, c, hn, cn, tcs.select(0, t));  // g becomes the activations
+      backend::cpu::lstm_cell_train(g, c, hn, cn, tcs.select(0, t));  // g becomes the activations
       h = hn;
       c = cn;
     }
   }
   // The final c is its own tensor (not a view of cs, which backward keeps).
   Tensor c_last = Tensor::empty({B, H}, dt);
-  cpu::copy(cs.select(0, T - 1), c_last);
+  backend::cpu::copy(cs.select(0, T - 1), c_last);
   if (needs_grad(x, h0, c0, w_ih, w_hh, b_ih, b_hh)) {
     record(op, {x, h0, c0, w_ih, w_hh, b_ih, b_hh}, {hs, c_last},
            {x, h0, c0, w_ih, w_hh, b_ih, b_hh, gates, cs, hs, xc, c0c, tcs}, [T, B, I, H](const VjpArgs& a) -> Grads {
@@ -289,33 +289,33 @@ std::pair<Tensor, Tensor> lstm_sequence(const Tensor& x, const Tensor& h0, const
              const DType dt = x.dtype();
              Tensor dH = Tensor::empty({T, B, H}, dt), dc = Tensor::empty({B, H}, dt);
              Tensor dG = Tensor::empty({T, B, 4 * H}, dt);
-             cpu::copy(a.grads[0], dH);
-             cpu::copy(a.grads[1], dc);
+             backend::cpu::copy(a.grads[0], dH);
+             backend::cpu::copy(a.grads[1], dc);
              for (int64_t t = T - 1; t >= 0; --t) {
                Tensor dg = dG.select(0, t);
-               cpu::lstm_cell_backward_acts(acts.select(0, t), t > 0 ? cs.select(0, t - 1) : c0, tcs.select(0, t),
+               backend::cpu::lstm_cell_backward_acts(acts.select(0, t), t > 0 ? cs.select(0, t - 1) : c0, tcs.select(0, t),
                                             dH.select(0, t), dc, dg);  // dc: grad of c_t in, of c_{t-1} out
-               if (t > 0) cpu::matmul(dg, w_hh, dH.select(0, t - 1), accumulate_into());  // [B, 4H] x [4H, H]
+               if (t > 0) backend::cpu::matmul(dg, w_hh, dH.select(0, t - 1), accumulate_into());  // [B, 4H] x [4H, H]
              }
              Grads out(7);
              if (a.needs(0)) {
                out[0] = Tensor::empty({T, B, I}, dt);
-               cpu::matmul(dG.view({T * B, 4 * H}), w_ih, out[0].view({T * B, I}));
+               backend::cpu::matmul(dG.view({T * B, 4 * H}), w_ih, out[0].view({T * B, I}));
              }
              if (a.needs(1)) {
                out[1] = Tensor::empty({B, H}, dt);
-               cpu::matmul(dG.select(0, 0), w_hh, out[1]);
+               backend::cpu::matmul(dG.select(0, 0), w_hh, out[1]);
              }
              if (a.needs(2)) out[2] = dc;
              if (a.needs(3)) {
                out[3] = Tensor::empty({4 * H, I}, dt);
-               cpu::matmul(dG.view({T * B, 4 * H}).t(), x.view({T * B, I}), out[3]);  // [4H, T*B] x [T*B, I]
+               backend::cpu::matmul(dG.view({T * B, 4 * H}).t(), x.view({T * B, I}), out[3]);  // [4H, T*B] x [T*B, I]
              }
              if (a.needs(4)) {
                out[4] = Tensor::empty({4 * H, H}, dt);
-               cpu::matmul(dG.select(0, 0).t(), h0, out[4]);
+               backend::cpu::matmul(dG.select(0, 0).t(), h0, out[4]);
                if (T > 1)  // [4H, (T-1)*B] x [(T-1)*B, H]
-                 cpu::matmul(dG.narrow(0, 1, T - 1).view({(T - 1) * B, 4 * H}).t(),
+                 backend::cpu::matmul(dG.narrow(0, 1, T - 1).view({(T - 1) * B, 4 * H}).t(),
                              hs.narrow(0, 0, T - 1).view({(T - 1) * B, H}), out[4], accumulate_into());
              }
              if (a.needs(5) || a.needs(6)) {

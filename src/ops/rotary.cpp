@@ -9,16 +9,16 @@
 
 #include "kiln/ops/record.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/rotary.h"
+#include "src/backend/cpu/nn/rotary.h"
 
 namespace kiln {
 
 namespace {
 
 // out = x rotated by sign * theta; table [2, T, rd / 2] holds cos and sin.
-Tensor rotate(const cpu::RotaryGeom& g, const Tensor& x, const Tensor& table, int sign) {
+Tensor rotate(const backend::cpu::RotaryGeom& g, const Tensor& x, const Tensor& table, int sign) {
   Tensor out = Tensor::empty(x.shape(), x.dtype());
-  cpu::rotary(g, x, table, sign, out);
+  backend::cpu::rotary(g, x, table, sign, out);
   if (needs_grad(x))
     record(sign > 0 ? "rotary_embedding" : "rotary_embedding_backward", {x}, {out}, {},
            [g, table, sign](const VjpArgs& v) -> Grads { return {rotate(g, v.grad(), table, -sign)}; });
@@ -54,11 +54,11 @@ Tensor rotary_embedding(const Tensor& x, const RotaryOptions& o) {
     for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = o.offset + t;
   }
 
-  cpu::RotaryGeom g;
+  backend::cpu::RotaryGeom g;
   g.T = T, g.D = D, g.rd = rd, g.interleaved = o.interleaved;
   g.rows = T * D == 0 ? 0 : x.numel() / (T * D);
   Tensor table = Tensor::empty({2, T, rd / 2}, x.dtype() == kF64 ? kF64 : kF32);
-  cpu::rotary_table(pos, o.base, rd, table);
+  backend::cpu::rotary_table(pos, o.base, rd, table);
   return rotate(g, x, table, 1);
 }
 

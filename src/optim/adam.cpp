@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "src/optim/cpu/fused_updates.h"
+#include "src/backend/cpu/optim/fused_updates.h"
 #include "src/optim/dispatch.h"
 
 namespace kiln::optim {
@@ -41,7 +41,7 @@ void AdamFamily<Options, Decoupled>::update(size_t group, const nn::Parameter& p
   Tensor vmax = o.amsgrad ? zeros_state(param, "max_exp_avg_sq") : Tensor();
 
   const double decay = param.decay() ? o.weight_decay : 0.0;
-  cpu::AdamArgs args{};
+  backend::cpu::AdamArgs args{};
   args.beta1 = o.beta1;
   args.beta2 = o.beta2;
   args.eps = o.eps;
@@ -52,7 +52,7 @@ void AdamFamily<Options, Decoupled>::update(size_t group, const nn::Parameter& p
   args.amsgrad = o.amsgrad;
   args.maximize = o.maximize;
   dispatch_float(param.dtype(), [&]<class T>() {
-    cpu::adam_update<T>(param.value().data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(),
+    backend::cpu::adam_update<T>(param.value().data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(),
                         vmax.defined() ? vmax.data<T>() : nullptr, param.numel(), args);
   });
 }

@@ -7,7 +7,7 @@
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
-#include "src/optim/cpu/fused_updates.h"
+#include "src/backend/cpu/optim/fused_updates.h"
 #include "src/optim/dispatch.h"
 
 namespace kiln::optim {
@@ -49,7 +49,7 @@ void Muon::update(size_t group, const nn::Parameter& param, const Tensor& grad) 
   const double decay = param.decay() ? o.weight_decay : 0.0;
   double scale = 1.0;
   dispatch_float(param.dtype(), [&]<class T>() {
-    cpu::muon_momentum<T>(grad.data<T>(), buf.data<T>(), u.data<T>(), param.numel(), o.momentum, o.nesterov);
+    backend::cpu::muon_momentum<T>(grad.data<T>(), buf.data<T>(), u.data<T>(), param.numel(), o.momentum, o.nesterov);
   });
   if (param.value().dim() == 2) {
     u = newton_schulz5(u, o.ns_steps, o.eps);
@@ -57,7 +57,7 @@ void Muon::update(size_t group, const nn::Parameter& param, const Tensor& grad) 
     scale = o.match_adamw_rms ? 0.2 * std::sqrt(std::max(rows, cols)) : std::sqrt(std::max(1.0, rows / cols));
   }
   dispatch_float(param.dtype(), [&]<class T>() {
-    cpu::scaled_update<T>(param.value().data<T>(), u.data<T>(), param.numel(), 1.0 - o.lr * decay, o.lr * scale);
+    backend::cpu::scaled_update<T>(param.value().data<T>(), u.data<T>(), param.numel(), 1.0 - o.lr * decay, o.lr * scale);
   });
 }
 
