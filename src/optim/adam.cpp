@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/optim/fused_updates.h"
 #include "src/optim/dispatch.h"
 
@@ -51,7 +52,7 @@ void AdamFamily<Options, Decoupled>::update(size_t group, const nn::Parameter& p
   args.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, double(t)));
   args.amsgrad = o.amsgrad;
   args.maximize = o.maximize;
-  dispatch_float(param.dtype(), [&]<class T>() {
+  backend::cpu::dispatch_only<float, double>(param.dtype(), [&]<class T>(type_tag<T>) {
     backend::cpu::adam_update<T>(param.value().data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(),
                         vmax.defined() ? vmax.data<T>() : nullptr, param.numel(), args);
   });

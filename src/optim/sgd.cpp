@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/optim/fused_updates.h"
 #include "src/optim/dispatch.h"
 
@@ -29,10 +30,10 @@ void SGD::update(size_t group, const nn::Parameter& param, const Tensor& grad) {
   if (o.momentum != 0.0) {
     Tensor& state = param.state("momentum_buffer");
     args.first = !state.defined();
-    if (args.first) state = Tensor::empty(param.shape(), param.dtype());
+    if (args.first) state = Tensor::empty(param.shape(), param.dtype(), param.value().device());
     buf = state;
   }
-  dispatch_float(param.dtype(), [&]<class T>() {
+  backend::cpu::dispatch_only<float, double>(param.dtype(), [&]<class T>(type_tag<T>) {
     backend::cpu::sgd_update<T>(param.value().data<T>(), grad.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
                        param.numel(), args);
   });

@@ -10,6 +10,14 @@ void copy(const Tensor& src, const Tensor& dst);
 /// dst[i] = value for every element of dst.
 void fill(const Tensor& dst, Scalar value);
 
+/// v as a D, as copy converts each element: bool is v != 0, bf16 goes through
+/// f32 (shared by copy and ref::copy).
+template <class D, class S>
+D convert_value(S v) {
+  if constexpr (std::is_same_v<D, bool>) return acc_t<S>(v) != acc_t<S>(0);
+  else return D(acc_t<D>(acc_t<S>(v)));
+}
+
 namespace ref {
 /// The plain element-by-element copy the fast one is tested against.
 void copy(const Tensor& src, const Tensor& dst);

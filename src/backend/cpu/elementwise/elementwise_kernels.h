@@ -12,7 +12,7 @@
 
 namespace kiln::backend::cpu {
 
-/// Tag: a type of the per-ISA file's own (src/ops/cpu/isa/), so that each
+/// Tag: a type of the per-ISA file's own (an isa/ folder), so that each
 /// copy instantiates its own loops.
 template <class Tag>
 struct FastLoops {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "src/backend/cpu/copy/copy.h"
+#include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/loops.h"
 
 namespace kiln::backend::cpu {
@@ -33,12 +34,6 @@ Tensor dim_last(const Tensor& t, int64_t dim) {
   return Tensor::make_view(t.storage(), std::move(s), std::move(st), t.storage_offset(), t.dtype());
 }
 
-template <class T>
-T add_values(T a, T b) {
-  if constexpr (std::is_same_v<T, bool>) return a || b;
-  else return T(acc_t<T>(a) + acc_t<T>(b));
-}
-
 // Runs fn over a loop whose innermost dim has length `len`, handing whole
 // rows to one thread: writes of one row (which may collide through duplicate
 // indices) happen in order and never race with another thread.
@@ -55,7 +50,7 @@ void for_each_row(const std::array<const Tensor*, N>& ops, int64_t len, F&& fn) 
 
 std::optional<int64_t> find_bad_index(const Tensor& index, int64_t bound) {
   std::atomic<bool> bad{false};
-  dispatch_index(index.dtype(), [&](auto itag) {
+  dispatch_only<int32_t, int64_t>(index.dtype(), [&](auto itag) {
     using I = typename decltype(itag)::type;
     for_each_run<1>({&index}, [&](std::array<char*, 1> p, std::array<int64_t, 1> s, int64_t n) {
       bool b = false;
@@ -78,7 +73,7 @@ std::optional<int64_t> find_bad_index(const Tensor& index, int64_t bound) {
 
 int64_t max_index(const Tensor& index) {
   int64_t m = INT64_MIN;
-  dispatch_index(index.dtype(), [&](auto itag) {
+  dispatch_only<int32_t, int64_t>(index.dtype(), [&](auto itag) {
     using I = typename decltype(itag)::type;
     StridedLoop<1> L = make_loop<1>({&index});
     auto fn = [&](std::array<char*, 1> p, std::array<int64_t, 1> s, int64_t n) {
@@ -94,7 +89,7 @@ void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out
   const int64_t step = x.strides()[size_t(dim)] * x.itemsize();  // bytes per index unit
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dispatch_index(index.dtype(), [&](auto itag) {
+    dispatch_only<int32_t, int64_t>(index.dtype(), [&](auto itag) {
       using I = typename decltype(itag)::type;
       for_each_run<3>({&out, &index, &xv}, [step](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
         if (s[0] == sizeof(T) && s[1] == sizeof(I)) {
@@ -121,7 +116,7 @@ void scatter(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& 
   const int64_t step = out.strides()[size_t(dim)] * out.itemsize();
   dispatch(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dispatch_index(index.dtype(), [&](auto itag) {
+    dispatch_only<int32_t, int64_t>(index.dtype(), [&](auto itag) {
       using I = typename decltype(itag)::type;
       for_each_row<3>({&iv, &sv, &ov}, len, [&](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
         for (int64_t j = 0; j < n; ++j) {
@@ -144,7 +139,7 @@ void scatter_fill(const Tensor& out, int64_t dim, const Tensor& index, Scalar va
   dispatch(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = value.to<T>();
-    dispatch_index(index.dtype(), [&](auto itag) {
+    dispatch_only<int32_t, int64_t>(index.dtype(), [&](auto itag) {
       using I = typename decltype(itag)::type;
       for_each_row<2>({&iv, &ov}, len, [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
         for (int64_t j = 0; j < n; ++j) {
@@ -172,7 +167,7 @@ void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tenso
   if (out.numel() == 0) return;
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dispatch_index(index.dtype(), [&](auto itag) {
+    dispatch_only<int32_t, int64_t>(index.dtype(), [&](auto itag) {
       using I = typename decltype(itag)::type;
       const T* xp = static_cast<const T*>(x.data_ptr());
       T* op = static_cast<T*>(out.data_ptr());
@@ -205,7 +200,7 @@ void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor
   const int64_t block = std::min<int64_t>(inner, 512), blocks = (inner + block - 1) / block;
   dispatch(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dispatch_index(index.dtype(), [&](auto itag) {
+    dispatch_only<int32_t, int64_t>(index.dtype(), [&](auto itag) {
       using I = typename decltype(itag)::type;
       T* op = static_cast<T*>(out.data_ptr());
       const T* sp = static_cast<const T*>(src.data_ptr());
@@ -223,80 +218,5 @@ void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor
     });
   });
 }
-
-namespace ref {
-
-namespace {
-// Calls fn(idx) for every multi-index of shape in row-major order.
-template <class F>
-void for_each_index(const Shape& shape, F&& fn) {
-  int64_t n = numel(shape), nd = int64_t(shape.size());
-  Shape idx = Shape::filled(shape.size(), 0);
-  for (int64_t e = 0; e < n; ++e) {
-    fn(idx);
-    for (int64_t d = nd - 1; d >= 0; --d) {
-      if (++idx[size_t(d)] < shape[size_t(d)]) break;
-      idx[size_t(d)] = 0;
-    }
-  }
-}
-
-int64_t offset(const Tensor& t, const Shape& idx) {
-  int64_t off = 0;
-  for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.strides()[d];
-  return off;
-}
-
-int64_t index_at(const Tensor& index, const Shape& idx) {
-  return dispatch(index.dtype(), [&](auto itag) -> int64_t {
-    using I = typename decltype(itag)::type;
-    return int64_t(static_cast<const I*>(index.data_ptr())[offset(index, idx)]);
-  });
-}
-}  // namespace
-
-void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
-  dispatch(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* xp = static_cast<const T*>(x.data_ptr());
-    T* op = static_cast<T*>(out.data_ptr());
-    for_each_index(index.shape(), [&](const Shape& idx) {
-      Shape src = idx;
-      src[size_t(dim)] = index_at(index, idx);
-      op[offset(out, idx)] = xp[offset(x, src)];
-    });
-  });
-}
-
-void scatter(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, ScatterMode mode) {
-  dispatch(out.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* sp = static_cast<const T*>(src.data_ptr());
-    T* op = static_cast<T*>(out.data_ptr());
-    for_each_index(index.shape(), [&](const Shape& idx) {
-      Shape dst = idx;
-      dst[size_t(dim)] = index_at(index, idx);
-      T& o = op[offset(out, dst)];
-      T v = sp[offset(src, idx)];
-      o = mode == ScatterMode::add ? add_values(o, v) : v;
-    });
-  });
-}
-
-void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
-  dispatch(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* xp = static_cast<const T*>(x.data_ptr());
-    T* op = static_cast<T*>(out.data_ptr());
-    for_each_index(out.shape(), [&](const Shape& idx) {
-      Shape src = idx;
-      Shape i{idx[size_t(dim)]};
-      src[size_t(dim)] = index.dim() ? index_at(index, i) : index_at(index, Shape{});
-      op[offset(out, idx)] = xp[offset(x, src)];
-    });
-  });
-}
-
-}  // namespace ref
 
 }  // namespace kiln::backend::cpu

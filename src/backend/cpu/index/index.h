@@ -10,16 +10,6 @@
 
 namespace kiln::backend::cpu {
 
-/// dispatch() restricted to index dtypes: fn(type_tag<I>{}) for i32 or i64.
-template <class Fn>
-void dispatch_index(DType t, Fn&& fn) {
-  dispatch(t, [&](auto tag) {
-    using I = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<I, int32_t> || std::is_same_v<I, int64_t>) fn(tag);
-    else KILN_FAIL("index", "index dtype {} is not i32 or i64", name(t));
-  });
-}
-
 /// The first value of `index` (i32 or i64, any layout, row-major order) that
 /// lies outside [0, bound), or nullopt when all are in range.
 std::optional<int64_t> find_bad_index(const Tensor& index, int64_t bound);
@@ -62,6 +52,13 @@ void one_hot(const Tensor& indices, const Tensor& out);
 /// as the largest value) and writes the first values.size(dim) of each row
 /// into the contiguous values (x's dtype) and indices (i64).
 void sort(const Tensor& x, int64_t dim, bool descending, const Tensor& values, const Tensor& indices);
+
+/// a + b for scatter/index_add accumulation (bool: a || b; bf16 through f32).
+template <class T>
+T add_values(T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) return a || b;
+  else return T(acc_t<T>(a) + acc_t<T>(b));
+}
 
 namespace ref {
 /// Plain multi-index loops, the oracles for the kernels above.

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "src/backend/cpu/copy/copy.h"
+#include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/index/index.h"
 #include "src/backend/cpu/loops.h"
 
@@ -89,7 +90,7 @@ void one_hot(const Tensor& indices, const Tensor& out) {
   std::memset(o, 0, size_t(out.nbytes()));
   if (C == 0) return;
   StridedLoop<1> L = make_loop<1>({&indices});
-  dispatch_index(indices.dtype(), [&](auto itag) {
+  dispatch_only<int32_t, int64_t>(indices.dtype(), [&](auto itag) {
     using I = typename decltype(itag)::type;
     // Row r of out gets its 1 at column indices[r] (indices in row-major order).
     parallel_for(0, n, kParallelGrain, [&](int64_t lo, int64_t hi) {

@@ -13,6 +13,7 @@
 
 #include "kiln/core/parallel.h"
 #include "src/backend/cpu/bf16_compute.h"
+#include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/dnnl_common.h"
 
 namespace kiln::backend::cpu {
@@ -376,7 +377,7 @@ void conv_backward_data(const ConvGeom& g, const Tensor& small_in, const Tensor&
       if (bias) {
         // oneDNN's backward-data has no bias: add it per (b, c) plane.
         Tensor b = bias->contiguous();
-        dispatch_floating(dt, [&](auto tag) {
+        dispatch_only<bfloat16, float, double>(dt, [&](auto tag) {
           using T = typename decltype(tag)::type;
           using A = acc_t<T>;
           const T* bp = static_cast<const T*>(b.data_ptr());

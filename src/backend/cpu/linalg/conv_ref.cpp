@@ -4,6 +4,7 @@
 #include "src/backend/cpu/linalg/conv.h"
 
 #include "kiln/core/parallel.h"
+#include "src/backend/cpu/dispatch.h"
 
 namespace kiln::backend::cpu::ref {
 
@@ -19,7 +20,7 @@ void conv_forward(const ConvGeom& g, const Tensor& large_in, const Tensor& w_in,
   Tensor large = large_in.contiguous(), w = w_in.contiguous();
   Tensor b = bias ? bias->contiguous() : Tensor();
   const int64_t Cg = g.C / g.groups, Og = g.O / g.groups;
-  dispatch_floating(small.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(small.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *x = cptr<T>(large), *k = cptr<T>(w), *bp = b.defined() ? cptr<T>(b) : nullptr;
     T* y = static_cast<T*>(small.data_ptr());
@@ -53,7 +54,7 @@ void conv_backward_data(const ConvGeom& g, const Tensor& small_in, const Tensor&
   Tensor small = small_in.contiguous(), w = w_in.contiguous();
   Tensor b = bias ? bias->contiguous() : Tensor();
   const int64_t Cg = g.C / g.groups, Og = g.O / g.groups;
-  dispatch_floating(large.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(large.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *y = cptr<T>(small), *k = cptr<T>(w), *bp = b.defined() ? cptr<T>(b) : nullptr;
     T* x = static_cast<T*>(large.data_ptr());
@@ -86,7 +87,7 @@ void conv_backward_weights(const ConvGeom& g, const Tensor& large_in, const Tens
                            const Tensor* gb) {
   Tensor large = large_in.contiguous(), small = small_in.contiguous();
   const int64_t Cg = g.C / g.groups, Og = g.O / g.groups;
-  dispatch_floating(gw.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(gw.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *x = cptr<T>(large), *y = cptr<T>(small);
     T* k = static_cast<T*>(gw.data_ptr());

@@ -40,15 +40,6 @@ void flash_attention_backward(const AttentionShape& s, const Tensor& q, const Te
                               const Tensor& out, const Tensor& dout, const Tensor& lse, const Tensor& dq,
                               const Tensor& dk, const Tensor& dv);
 
-/// f(float{}) or f(double{}) for an f32 or f64 kernel; an Error naming op for
-/// any other dtype (the op layer computes bf16 in f32).
-template <class F>
-void dispatch_float(const char* op, DType t, F&& f) {
-  if (t == kF32) f(float{});
-  else if (t == kF64) f(double{});
-  else KILN_FAIL(op, "kernel supports f32 and f64, got {}", name(t));
-}
-
 namespace ref {
 // Plain loops in f64, one query row at a time with its whole score row
 // materialised (same contracts as above, but every operand except dout contiguous).

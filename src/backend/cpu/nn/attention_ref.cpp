@@ -1,5 +1,5 @@
-// CPU flash attention: the entry points, which run the kernel copy for the
-// CPU's vector ISA (src/backend/cpu/nn/isa/attention.cpp), and the plain reference.
+// The plain reference of CPU flash attention (attention.cpp): one query row
+// at a time with its whole score row materialised, in f64.
 #include "src/backend/cpu/nn/attention.h"
 
 #include <algorithm>
@@ -8,21 +8,9 @@
 #include <vector>
 
 #include "kiln/core/error.h"
-#include "src/backend/cpu/nn/isa/attention.h"
-#include "src/backend/cpu/isa.h"
+#include "src/backend/cpu/dispatch.h"
 
 namespace kiln::backend::cpu {
-
-void flash_attention_forward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& out, const Tensor& lse) {
-  KILN_ISA_CALL(flash_attention_forward, s, q, k, v, out, lse);
-}
-
-void flash_attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& out, const Tensor& dout, const Tensor& lse, const Tensor& dq,
-                              const Tensor& dk, const Tensor& dv) {
-  KILN_ISA_CALL(flash_attention_backward, s, q, k, v, out, dout, lse, dq, dk, dv);
-}
 
 namespace ref {
 
@@ -54,8 +42,8 @@ void score_row(const AttentionShape& s, const A* q, const A* k, int64_t b, int64
 
 void flash_attention_forward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse) {
-  dispatch_float("flash_attention", q.dtype(), [&](auto tag) {
-    using A = decltype(tag);
+  dispatch_only<float, double>(q.dtype(), [&](auto tag) {
+    using A = typename decltype(tag)::type;
     const A *qp = q.data<A>(), *kp = k.data<A>(), *vp = v.data<A>();
     A *op = out.data<A>(), *lp = lse.data<A>();
     std::vector<double> row;
@@ -81,14 +69,14 @@ void flash_attention_forward(const AttentionShape& s, const Tensor& q, const Ten
           }
           lp[bh * s.Tq + i] = A(m + std::log(l));
         }
-  });
+  }, "flash_attention");
 }
 
 void flash_attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& out, const Tensor& dout, const Tensor& lse, const Tensor& dq,
                               const Tensor& dk, const Tensor& dv) {
-  dispatch_float("flash_attention_backward", q.dtype(), [&](auto tag) {
-    using A = decltype(tag);
+  dispatch_only<float, double>(q.dtype(), [&](auto tag) {
+    using A = typename decltype(tag)::type;
     const Tensor dc = dout.contiguous();
     const A *qp = q.data<A>(), *kp = k.data<A>(), *vp = v.data<A>(), *op = out.data<A>(), *gp = dc.data<A>();
     const A* lp = lse.data<A>();
@@ -123,7 +111,7 @@ void flash_attention_backward(const AttentionShape& s, const Tensor& q, const Te
     store(gq, dq);
     store(gk, dk);
     store(gv, dv);
-  });
+  }, "flash_attention_backward");
 }
 
 }  // namespace ref

@@ -1,7 +1,7 @@
 // CPU losses: the entry points, which run the kernel copy for the CPU's
 // vector ISA (isa/loss.cpp).
-#include "src/backend/cpu/nn/loss.h"
 #include "src/backend/cpu/nn/isa/loss.h"
+#include "src/backend/cpu/nn/loss.h"
 
 namespace kiln::backend::cpu {
 

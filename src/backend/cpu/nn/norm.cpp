@@ -1,7 +1,7 @@
 // CPU layer and batch normalisation: the entry points, which run the kernel
 // copy for the CPU's vector ISA (isa/norm.cpp).
-#include "src/backend/cpu/nn/norm.h"
 #include "src/backend/cpu/nn/isa/norm.h"
+#include "src/backend/cpu/nn/norm.h"
 
 namespace kiln::backend::cpu {
 

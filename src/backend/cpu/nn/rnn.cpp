@@ -1,7 +1,7 @@
 // CPU LSTM and GRU cells: the entry points, which run the kernel copy for
 // the CPU's vector ISA (isa/rnn.cpp).
-#include "src/backend/cpu/nn/rnn.h"
 #include "src/backend/cpu/nn/isa/rnn.h"
+#include "src/backend/cpu/nn/rnn.h"
 
 namespace kiln::backend::cpu {
 

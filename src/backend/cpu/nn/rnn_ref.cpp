@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kiln/core/parallel.h"
+#include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/elementwise/elementwise_math.h"
 
 namespace kiln::backend::cpu {
@@ -20,7 +21,7 @@ using rnn_detail::mptr;
 double sig(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 template <class F>
 void with_t(DType dt, F&& fn) {
-  dispatch_floating(dt, [&](auto tag) { fn(tag); });
+  dispatch_only<bfloat16, float, double>(dt, [&](auto tag) { fn(tag); });
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "kiln/core/generator.h"
 #include "kiln/core/parallel.h"
+#include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/loops.h"
 
 namespace kiln::backend::cpu {
@@ -246,7 +247,7 @@ int64_t normal_words(DType dtype, int64_t n) { return dtype == kF64 ? 4 * ((n + 
 int64_t randint_words(uint64_t range, int64_t n) { return range > (uint64_t(1) << 32) ? 2 * n : n; }
 
 void uniform(const Tensor& out, double low, double high, uint64_t seed, uint64_t first_block) {
-  dispatch_floating(out.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int k = std::is_same_v<T, double> ? 2 : 1;
     const UniformOp<T> op(low, high);
@@ -260,7 +261,7 @@ void uniform(const Tensor& out, double low, double high, uint64_t seed, uint64_t
 }
 
 void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t first_block) {
-  dispatch_floating(out.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     constexpr int pw = std::is_same_v<T, double> ? 4 : 2;  // words per pair
@@ -295,7 +296,7 @@ bool bernoulli(const Tensor& out, const Tensor& p, uint64_t seed, uint64_t first
   std::atomic<bool> ok{true};
   dispatch(out.dtype(), [&](auto otag) {
     using T = typename decltype(otag)::type;
-    dispatch_floating(p.dtype(), [&](auto ptag) {
+    dispatch_only<bfloat16, float, double>(p.dtype(), [&](auto ptag) {
       using P = typename decltype(ptag)::type;
       T* o = out.data<T>();
       const P* pr = p.data<P>();
@@ -358,7 +359,7 @@ std::array<uint32_t, K> words(uint64_t seed, uint64_t first_block, int64_t j) {
 }  // namespace
 
 void uniform(const Tensor& out, double low, double high, uint64_t seed, uint64_t first_block) {
-  dispatch_floating(out.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const UniformOp<T> op(low, high);
     for (int64_t e = 0; e < out.numel(); ++e) {
@@ -370,7 +371,7 @@ void uniform(const Tensor& out, double low, double high, uint64_t seed, uint64_t
 
 void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t first_block) {
   // Box–Muller with libm's log, cos and sin.
-  dispatch_floating(out.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     constexpr int pw = std::is_same_v<T, double> ? 4 : 2;

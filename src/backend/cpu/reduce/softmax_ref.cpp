@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "kiln/core/parallel.h"
+#include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/reduce/reduce.h"
 #include "src/backend/cpu/vec_math.h"
 
@@ -14,7 +15,7 @@ namespace ref {
 
 void softmax(const Tensor& x, int64_t dim, const Tensor& out, bool log) {
   Rows R = rows_around(x, dim);
-  dispatch_floating(x.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(R.c.data_ptr());
     T* op = static_cast<T*>(out.data_ptr());
@@ -34,7 +35,7 @@ void softmax(const Tensor& x, int64_t dim, const Tensor& out, bool log) {
 
 void logsumexp(const Tensor& x, int64_t dim, const Tensor& out) {
   Rows R = rows_around(x, dim);
-  dispatch_floating(x.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(R.c.data_ptr());
     T* op = static_cast<T*>(out.data_ptr());

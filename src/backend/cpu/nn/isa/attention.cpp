@@ -31,6 +31,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
+#include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/vec_math.h"
 
 namespace kiln::backend::cpu::KILN_ISA_NS {
@@ -432,23 +433,23 @@ void check_rows(const char* op, std::initializer_list<const Tensor*> ts) {
 
 void flash_attention_forward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse) {
-  dispatch_float("flash_attention", q.dtype(), [&](auto tag) {
-    using A = decltype(tag);
+  dispatch_only<float, double>(q.dtype(), [&](auto tag) {
+    using A = typename decltype(tag)::type;
     check_rows("flash_attention", {&q, &k, &v, &out});
     forward_impl<A>(s, heads_of<const A>(q), heads_of<const A>(k), heads_of<const A>(v), heads_of<A>(out),
                     lse.data<A>());
-  });
+  }, "flash_attention");
 }
 
 void flash_attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& out, const Tensor& dout, const Tensor& lse, const Tensor& dq,
                               const Tensor& dk, const Tensor& dv) {
-  dispatch_float("flash_attention_backward", q.dtype(), [&](auto tag) {
-    using A = decltype(tag);
+  dispatch_only<float, double>(q.dtype(), [&](auto tag) {
+    using A = typename decltype(tag)::type;
     check_rows("flash_attention_backward", {&q, &k, &v, &out, &dq, &dk, &dv});
     backward_impl<A>(s, heads_of<const A>(q), heads_of<const A>(k), heads_of<const A>(v), heads_of<const A>(out),
                      dout, lse.data<A>(), heads_of<A>(dq), heads_of<A>(dk), heads_of<A>(dv));
-  });
+  }, "flash_attention_backward");
 }
 
 }  // namespace kiln::backend::cpu::KILN_ISA_NS

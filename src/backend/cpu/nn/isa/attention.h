@@ -3,8 +3,8 @@
 // ../attention.h, which pick one with KILN_ISA_CALL.
 #pragma once
 
-#include "src/backend/cpu/nn/attention.h"
 #include "src/backend/cpu/isa.h"
+#include "src/backend/cpu/nn/attention.h"
 
 namespace kiln::backend::cpu {
 

@@ -12,8 +12,9 @@
 #include <vector>
 
 #include "kiln/core/parallel.h"
-#include "src/backend/cpu/vec_math.h"
+#include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/nn/isa/loss.h"
+#include "src/backend/cpu/vec_math.h"
 
 namespace kiln::backend::cpu::KILN_ISA_NS {
 
@@ -25,13 +26,6 @@ constexpr int64_t kChunkRows = 64;  // rows per sweep block of the cross-entropy
 template <class T>
 const T* ptr_or_null(const Tensor& t) {
   return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-
-// Calls fn(type_tag<I>) for an i32 / i64 target tensor.
-template <class F>
-void dispatch_index(DType t, F&& fn) {
-  if (t == kI32) fn(type_tag<int32_t>{});
-  else fn(type_tag<int64_t>{});
 }
 
 // ---- cross-entropy ----
@@ -100,7 +94,7 @@ void block_lse_probs(const T* __restrict x, int64_t C, int64_t r0, int64_t r1, T
 
 int64_t first_bad_target(const Tensor& targets, int64_t classes, int64_t ignore_index) {
   int64_t bad = -1;
-  dispatch_index(targets.dtype(), [&](auto tag) {
+  dispatch_only<int32_t, int64_t>(targets.dtype(), [&](auto tag) {
     using I = typename decltype(tag)::type;
     const I* t = static_cast<const I*>(targets.data_ptr());
     for (int64_t r = 0; r < targets.numel(); ++r)
@@ -117,10 +111,10 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& we
                    double* weight_sum) {
   const int64_t R = targets.numel();
   const int64_t C = R ? logits.numel() / R : 0;
-  dispatch_floating(logits.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(logits.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    dispatch_index(targets.dtype(), [&](auto itag) {
+    dispatch_only<int32_t, int64_t>(targets.dtype(), [&](auto itag) {
       using I = typename decltype(itag)::type;
       const T* xp = static_cast<const T*>(logits.data_ptr());
       const I* tp = static_cast<const I*>(targets.data_ptr());
@@ -184,10 +178,10 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
                             const Tensor& grad, double scale, const Tensor& grad_logits) {
   const int64_t R = targets.numel();
   const int64_t C = R ? logits.numel() / R : 0;
-  dispatch_floating(logits.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(logits.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    dispatch_index(targets.dtype(), [&](auto itag) {
+    dispatch_only<int32_t, int64_t>(targets.dtype(), [&](auto itag) {
       using I = typename decltype(itag)::type;
       const T* xp = static_cast<const T*>(logits.data_ptr());
       const I* tp = static_cast<const I*>(targets.data_ptr());
@@ -295,7 +289,7 @@ double pointwise_loss(PointwiseLoss kind, double beta, const Tensor& x, const Te
   if (kind == PointwiseLoss::smooth_l1 && beta == 0) kind = PointwiseLoss::l1;  // PyTorch: beta 0 is l1
   const int64_t n = x.numel();
   double result = 0;
-  dispatch_floating(x.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     dispatch_loss(kind, [&](auto fn) {
@@ -332,7 +326,7 @@ void pointwise_loss_backward(PointwiseLoss kind, double beta, const Tensor& x, c
                              const Tensor& gx, const Tensor& gy) {
   if (kind == PointwiseLoss::smooth_l1 && beta == 0) kind = PointwiseLoss::l1;
   const int64_t n = x.numel();
-  dispatch_floating(x.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     dispatch_loss(kind, [&](auto fn) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kiln/core/parallel.h"
+#include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/nn/isa/norm.h"
 
 namespace kiln::backend::cpu::KILN_ISA_NS {
@@ -166,7 +167,7 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, doubl
   const int64_t M = rstd.numel();
   if (M == 0) return;
   const int64_t N = x.numel() / M;
-  dispatch_floating(x.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* xp = static_cast<const T*>(x.data_ptr());
@@ -193,7 +194,7 @@ void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
                          const Tensor& rstd, bool rms, const Tensor& gx, const Tensor& gweight, const Tensor& gbias) {
   const int64_t M = rstd.numel();
   const int64_t N = M ? x.numel() / M : (gweight.defined() ? gweight.numel() : gbias.defined() ? gbias.numel() : 0);
-  dispatch_floating(x.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const bool want_params = gweight.defined() || gbias.defined();
@@ -254,7 +255,7 @@ BnDims bn_dims(const Tensor& x) {
 
 void batch_norm_stats(const Tensor& x, const Tensor& mean, const Tensor& var) {
   const auto [B, C, L] = bn_dims(x);
-  dispatch_floating(x.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* xp = static_cast<const T*>(x.data_ptr());
@@ -283,7 +284,7 @@ void batch_norm_stats(const Tensor& x, const Tensor& mean, const Tensor& var) {
 void batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                       const Tensor& bias, const Tensor& out) {
   const auto [B, C, L] = bn_dims(x);
-  dispatch_floating(x.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const A* mp = static_cast<const A*>(mean.data_ptr());
@@ -314,7 +315,7 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, c
                          const Tensor& weight, bool training, const Tensor& gx, const Tensor& gweight,
                          const Tensor& gbias) {
   const auto [B, C, L] = bn_dims(x);
-  dispatch_floating(x.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* gp = static_cast<const T*>(g.data_ptr());

@@ -2,8 +2,8 @@
 // contracts as in ../norm.h, whose functions pick one with KILN_ISA_CALL.
 #pragma once
 
-#include "src/backend/cpu/nn/norm.h"
 #include "src/backend/cpu/isa.h"
+#include "src/backend/cpu/nn/norm.h"
 
 namespace kiln::backend::cpu {
 

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "kiln/core/parallel.h"
+#include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/elementwise/elementwise_math.h"
 #include "src/backend/cpu/nn/isa/rnn.h"
 
@@ -43,7 +44,7 @@ void step_rows(int64_t B, int64_t H, F&& fn) {
 
 void lstm_cell(const Tensor& gates, const Tensor& c, const Tensor& h_out, const Tensor& c_out) {
   const int64_t B = c.shape()[0], H = c.shape()[1];
-  dispatch_floating(c.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(c.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* gp = cptr<T>(gates);
@@ -72,7 +73,7 @@ void lstm_cell(const Tensor& gates, const Tensor& c, const Tensor& h_out, const 
 void lstm_cell_backward(const Tensor& gates, const Tensor& c, const Tensor& c_new, const Tensor& gh,
                         const Tensor& gc, const Tensor& g_gates, const Tensor& g_c) {
   const int64_t B = c.shape()[0], H = c.shape()[1];
-  dispatch_floating(c.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(c.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T *gp = cptr<T>(gates), *cp = cptr<T>(c), *cnp = cptr<T>(c_new), *ghp = cptr<T>(gh), *gcp = cptr<T>(gc);
@@ -114,7 +115,7 @@ void lstm_cell_backward(const Tensor& gates, const Tensor& c, const Tensor& c_ne
 void lstm_cell_train(const Tensor& gates, const Tensor& c, const Tensor& h_out, const Tensor& c_out,
                      const Tensor& tc_out) {
   const int64_t B = c.shape()[0], H = c.shape()[1];
-  dispatch_floating(c.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(c.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     T* gp = mptr<T>(gates);
@@ -146,7 +147,7 @@ void lstm_cell_train(const Tensor& gates, const Tensor& c, const Tensor& h_out, 
 void lstm_cell_backward_acts(const Tensor& acts, const Tensor& c, const Tensor& tc, const Tensor& dh,
                              const Tensor& dc, const Tensor& g_gates) {
   const int64_t B = c.shape()[0], H = c.shape()[1];
-  dispatch_floating(c.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(c.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T *ap = cptr<T>(acts), *cp = cptr<T>(c), *tp = cptr<T>(tc), *dhp = cptr<T>(dh);
@@ -176,7 +177,7 @@ void lstm_cell_backward_acts(const Tensor& acts, const Tensor& c, const Tensor& 
 
 void gru_cell(const Tensor& gi, const Tensor& gh, const Tensor& h, const Tensor& h_out) {
   const int64_t B = h.shape()[0], H = h.shape()[1];
-  dispatch_floating(h.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(h.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T *ip = cptr<T>(gi), *rp = cptr<T>(gh), *hp = cptr<T>(h);
@@ -202,7 +203,7 @@ void gru_cell(const Tensor& gi, const Tensor& gh, const Tensor& h, const Tensor&
 void gru_cell_backward(const Tensor& gi, const Tensor& gh, const Tensor& h, const Tensor& g, const Tensor& g_gi,
                        const Tensor& g_gh, const Tensor& g_h) {
   const int64_t B = h.shape()[0], H = h.shape()[1];
-  dispatch_floating(h.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(h.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T *ip = cptr<T>(gi), *rp = cptr<T>(gh), *hp = cptr<T>(h), *gp = cptr<T>(g);

@@ -2,8 +2,8 @@
 // contracts as in ../rnn.h, whose functions pick one with KILN_ISA_CALL.
 #pragma once
 
-#include "src/backend/cpu/nn/rnn.h"
 #include "src/backend/cpu/isa.h"
+#include "src/backend/cpu/nn/rnn.h"
 
 namespace kiln::backend::cpu {
 

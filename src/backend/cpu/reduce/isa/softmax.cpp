@@ -8,9 +8,10 @@
 #include <limits>
 
 #include "kiln/core/parallel.h"
+#include "src/backend/cpu/dispatch.h"
+#include "src/backend/cpu/reduce/isa/softmax.h"
 #include "src/backend/cpu/reduce/reduce.h"
 #include "src/backend/cpu/vec_math.h"
-#include "src/backend/cpu/reduce/isa/softmax.h"
 
 namespace kiln::backend::cpu::KILN_ISA_NS {
 
@@ -124,7 +125,7 @@ A lse_finish(A m, A s) { return std::log(s) + (std::isinf(m) ? A(0) : m); }
 void softmax(const Tensor& x, int64_t dim, const Tensor& out, bool log) {
   Rows R = rows_around(x, dim);
   if (R.n == 0 || x.numel() == 0) return;
-  dispatch_floating(x.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(R.c.data_ptr());
     T* op = static_cast<T*>(out.data_ptr());
@@ -155,7 +156,7 @@ void softmax(const Tensor& x, int64_t dim, const Tensor& out, bool log) {
 void logsumexp(const Tensor& x, int64_t dim, const Tensor& out) {
   Rows R = rows_around(x, dim);
   if (out.numel() == 0) return;
-  dispatch_floating(x.dtype(), [&](auto tag) {
+  dispatch_only<bfloat16, float, double>(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* xp = static_cast<const T*>(R.c.data_ptr());

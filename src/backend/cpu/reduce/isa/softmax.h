@@ -2,8 +2,8 @@
 // contracts as in ../reduce.h, whose functions pick one with KILN_ISA_CALL.
 #pragma once
 
-#include "src/backend/cpu/reduce/reduce.h"
 #include "src/backend/cpu/isa.h"
+#include "src/backend/cpu/reduce/reduce.h"
 
 namespace kiln::backend::cpu {
 
