@@ -9,9 +9,10 @@
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
-#include "src/ops/checks.h"
+#include "src/backend/backend.h"
 #include "src/backend/cpu/copy/copy.h"
 #include "src/backend/cpu/elementwise/elementwise.h"
+#include "src/ops/checks.h"
 
 namespace kiln {
 
@@ -31,7 +32,7 @@ Tensor binary_forward(const char* op, BinaryOp k, const Tensor& a, const Tensor&
                       OpParams p = {}) {
   check_defined(op, a, "a");
   check_defined(op, b, "b");
-  Tensor out = Tensor::empty(broadcast_shapes(op, a.shape(), b.shape()), ot, a.device());
+  Tensor out = Tensor::empty(broadcast_shapes(op, a.shape(), b.shape()), ot, backend::device_of(op, a, b));
   if (a.dtype() == ct && b.dtype() == ct) backend::cpu::binary(k, out, a, b, p);
   else backend::cpu::binary(k, out, backend::cpu::convert(a, ct), backend::cpu::convert(b, ct), p);
   return out;

@@ -15,8 +15,9 @@
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
-#include "src/ops/checks.h"
+#include "src/backend/backend.h"
 #include "src/backend/cpu/linalg/conv.h"
+#include "src/ops/checks.h"
 
 namespace kiln {
 
@@ -33,7 +34,7 @@ std::pair<Tensor, Tensor> conv_bwd_w(const char* op, const ConvGeom& g, const Te
 Tensor bias_grad(const Tensor& g) { return sum(g, {0, 2, 3}); }
 
 Tensor conv_fwd(const char* op, const ConvGeom& g, const Tensor& large, const Tensor& w, const Tensor& bias) {
-  Tensor small = Tensor::empty({g.B, g.O, g.OH, g.OW}, large.dtype());
+  Tensor small = Tensor::empty({g.B, g.O, g.OH, g.OW}, large.dtype(), large.device());
   backend::cpu::conv_forward(g, large, w, bias.defined() ? &bias : nullptr, small);
   if (needs_grad(large, w, bias)) {
     record(op, {large, w, bias}, {small}, {needs_grad(w) ? large : Tensor(), needs_grad(large) ? w : Tensor()},
@@ -50,7 +51,7 @@ Tensor conv_fwd(const char* op, const ConvGeom& g, const Tensor& large, const Te
 }
 
 Tensor conv_bwd_data(const char* op, const ConvGeom& g, const Tensor& small, const Tensor& w, const Tensor& bias) {
-  Tensor large = Tensor::empty({g.B, g.C, g.H, g.W}, small.dtype());
+  Tensor large = Tensor::empty({g.B, g.C, g.H, g.W}, small.dtype(), small.device());
   backend::cpu::conv_backward_data(g, small, w, bias.defined() ? &bias : nullptr, large);
   if (needs_grad(small, w, bias)) {
     record(op, {small, w, bias}, {large}, {needs_grad(w) ? small : Tensor(), needs_grad(small) ? w : Tensor()},
@@ -69,8 +70,8 @@ Tensor conv_bwd_data(const char* op, const ConvGeom& g, const Tensor& small, con
 std::pair<Tensor, Tensor> conv_bwd_w(const char* op, const ConvGeom& g, const Tensor& large, const Tensor& small,
                                      bool with_bias) {
   const DType dt = large.dtype();
-  Tensor gw = Tensor::empty({g.O, g.C / g.groups, g.KH, g.KW}, dt);
-  Tensor gb = with_bias ? Tensor::empty({g.O}, dt) : Tensor();
+  Tensor gw = Tensor::empty({g.O, g.C / g.groups, g.KH, g.KW}, dt, large.device());
+  Tensor gb = with_bias ? Tensor::empty({g.O}, dt, large.device()) : Tensor();
   backend::cpu::conv_backward_weights(g, large, small, gw, with_bias ? &gb : nullptr);
   if (needs_grad(large, small)) {
     // Bilinear in (large, small): d/dlarge = conv^T(small, Gw);
@@ -110,6 +111,7 @@ void check_common(const char* op, const Tensor& x, const Tensor& w, const Tensor
                   const Spatial& stride, const Spatial& dilation) {
   check_defined(op, x);
   check_defined(op, w, "weight");
+  backend::device_of(op, x, w, bias);
   KILN_CHECK(x.dim() == nsp + 1 || x.dim() == nsp + 2, op,
              "input {} must be {}-D (batched [B, C, {}]) or {}-D (unbatched), got {}-D", to_string(x.shape()),
              nsp + 2, nsp == 1 ? "L" : "H, W", nsp + 1, x.dim());

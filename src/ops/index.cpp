@@ -6,9 +6,9 @@
 #include "kiln/ops/creation.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
-#include "src/ops/checks.h"
 #include "src/backend/cpu/copy/copy.h"
 #include "src/backend/cpu/index/index.h"
+#include "src/ops/checks.h"
 
 namespace kiln {
 
@@ -89,7 +89,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   backend::cpu::gather(as_1d(x), d, as_1d(index), as_1d(out));
   if (needs_grad(x))
     record("gather", {x}, {out}, {index}, [d, in = x.shape()](const VjpArgs& a) -> Grads {
-      return {scatter_add(zeros(in, {.dtype = a.grad().dtype()}), d, a.saved[0], a.grad())};
+      return {scatter_add(zeros(in, {.dtype = a.grad().dtype(), .device = a.grad().device()}), d, a.saved[0], a.grad())};
     });
   return out;
 }
@@ -151,7 +151,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   backend::cpu::index_select(x, d, index, out);
   if (needs_grad(x))
     record("index_select", {x}, {out}, {index}, [d, in = x.shape()](const VjpArgs& a) -> Grads {
-      return {index_add(zeros(in, {.dtype = a.grad().dtype()}), d, a.saved[0], a.grad())};
+      return {index_add(zeros(in, {.dtype = a.grad().dtype(), .device = a.grad().device()}), d, a.saved[0], a.grad())};
     });
   return out;
 }
@@ -203,7 +203,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
       Tensor rows = reshape(a.grad(), {idx.numel(), D});  // [N, D]
       // Rows looked up at padding_idx contribute nothing.
       if (padding_idx) rows = where(reshape(ne(idx, *padding_idx), {idx.numel(), 1}), rows, 0);
-      return {index_add(zeros({V, D}, {.dtype = a.grad().dtype()}), 0, idx, rows)};
+      return {index_add(zeros({V, D}, {.dtype = a.grad().dtype(), .device = a.grad().device()}), 0, idx, rows)};
     });
   return out;
 }

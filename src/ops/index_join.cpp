@@ -7,9 +7,9 @@
 #include "kiln/ops/index.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
-#include "src/ops/checks.h"
 #include "src/backend/cpu/copy/copy.h"
 #include "src/backend/cpu/index/index.h"
+#include "src/ops/checks.h"
 
 namespace kiln {
 
@@ -37,6 +37,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   DType dtype = xs[0].defined() ? xs[0].dtype() : kF32;
   for (size_t i = 0; i < xs.size(); ++i) {
     KILN_CHECK(xs[i].defined(), "cat", "tensor {} is undefined", i);
+    check_device("cat", xs[i].device());
     KILN_CHECK(xs[i].dim() > 0, "cat", "tensor {} is 0-dim and cannot be concatenated", i);
     dtype = promote_types(dtype, xs[i].dtype());
     if (first < 0 && !skipped_in_cat(xs[i])) first = int64_t(i);
@@ -80,7 +81,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
              Grads g(parts.size());
              for (size_t i = 0; i < parts.size(); ++i) {
                if (!a.needs(i)) continue;
-               g[i] = parts[i].start < 0 ? zeros({0}, {.dtype = parts[i].dtype})
+               g[i] = parts[i].start < 0 ? zeros({0}, {.dtype = parts[i].dtype, .device = a.grad().device()})
                                          : to(narrow(a.grad(), d, parts[i].start, parts[i].size), parts[i].dtype);
              }
              return g;
@@ -93,6 +94,7 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
   KILN_CHECK(!xs.empty(), "stack", "expected a non-empty list of tensors");
   for (size_t i = 0; i < xs.size(); ++i) {
     KILN_CHECK(xs[i].defined(), "stack", "tensor {} is undefined", i);
+    check_device("stack", xs[i].device());
     KILN_CHECK(xs[i].shape() == xs[0].shape(), "stack", "tensor {} has shape {}, expected {} like tensor 0", i,
                to_string(xs[i].shape()), to_string(xs[0].shape()));
   }

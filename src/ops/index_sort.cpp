@@ -3,8 +3,8 @@
 #include "kiln/ops/creation.h"
 #include "kiln/ops/index.h"
 #include "kiln/ops/record.h"
-#include "src/ops/checks.h"
 #include "src/backend/cpu/index/index.h"
+#include "src/ops/checks.h"
 
 namespace kiln {
 
@@ -24,7 +24,7 @@ std::pair<Tensor, Tensor> sorted_prefix(const char* op, const Tensor& x, int64_t
   backend::cpu::sort(row(x), d, descending, row(values), row(indices));
   if (needs_grad(x))
     record(op, {x}, {values}, {indices}, [d, in = x.shape()](const VjpArgs& a) -> Grads {
-      return {scatter(zeros(in, {.dtype = a.grad().dtype()}), d, a.saved[0], a.grad())};
+      return {scatter(zeros(in, {.dtype = a.grad().dtype(), .device = a.grad().device()}), d, a.saved[0], a.grad())};
     });
   return {values, indices};
 }

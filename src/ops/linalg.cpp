@@ -7,9 +7,10 @@
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
-#include "src/ops/checks.h"
+#include "src/backend/backend.h"
 #include "src/backend/cpu/copy/copy.h"
 #include "src/backend/cpu/linalg/matmul.h"
+#include "src/ops/checks.h"
 
 namespace kiln {
 
@@ -124,6 +125,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_defined("linear", x, "input");
   check_defined("linear", weight, "weight");
+  backend::device_of("linear", x, weight, bias);
   KILN_CHECK(weight.dim() == 2, "linear", "weight {} must be 2-D [out_features, in_features]",
              to_string(weight.shape()));
   KILN_CHECK(x.dim() >= 1, "linear", "input must have at least 1 dim, got a 0-dim tensor");
@@ -191,6 +193,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) {
   check_defined("addmm", input, "input");
   check_pair("addmm", a, b);
+  backend::device_of("addmm", input, a, b);
   KILN_CHECK(input.dtype() == a.dtype(), "addmm", "dtype mismatch: input {} is {} and a {} is {}",
              to_string(input.shape()), name(input.dtype()), to_string(a.shape()), name(a.dtype()));
   KILN_CHECK(a.dim() == 2 && b.dim() == 2, "addmm", "expects 2-D a and b, got a {} and b {}", to_string(a.shape()),

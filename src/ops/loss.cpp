@@ -12,8 +12,9 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
-#include "src/ops/checks.h"
+#include "src/backend/backend.h"
 #include "src/backend/cpu/nn/loss.h"
+#include "src/ops/checks.h"
 
 namespace kiln {
 
@@ -27,7 +28,7 @@ Tensor nograd(const Tensor& t, DType dtype) {
   return contiguous(to(t, dtype));
 }
 
-Tensor scalar_like(double v, DType dtype) { return full({}, v, {.dtype = dtype}); }
+Tensor scalar_like(double v, DType dtype, Device device) { return full({}, v, {.dtype = dtype, .device = device}); }
 
 // ---- cross-entropy ----
 
@@ -36,6 +37,7 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
   const char* op = "cross_entropy";
   check_defined(op, logits, "logits");
   check_defined(op, targets, "targets");
+  backend::device_of(op, logits, targets, mask, opts.weight);
   KILN_CHECK(is_floating(logits.dtype()), op, "expects floating logits (f32, f64, bf16), got {} {}",
              name(logits.dtype()), to_string(logits.shape()));
   KILN_CHECK(logits.dim() >= 1, op, "logits must have a class dim, got a scalar");
@@ -94,8 +96,8 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
     weights = contiguous(weights.defined() ? weights * cw : cw);
   }
   const int64_t R = tc.numel();
-  Tensor lse = Tensor::empty({R}, stat_dtype(dt));
-  Tensor rows = opts.reduction == Reduction::None ? Tensor::empty(targets.shape(), dt) : Tensor();
+  Tensor lse = Tensor::empty({R}, stat_dtype(dt), xc.device());
+  Tensor rows = opts.reduction == Reduction::None ? Tensor::empty(targets.shape(), dt, xc.device()) : Tensor();
   // With a backward to come and short rows, the forward keeps the softmax
   // (R x C, as PyTorch's log_softmax keeps its output) so the backward is one
   // multiply-subtract pass: on rows of tens of classes the per-row steps, not
@@ -103,12 +105,12 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
   // only lse and recompute the exps: no second [R, C] tensor held.
   constexpr int64_t kKeepProbsMaxClasses = 1024;
   const bool grad = needs_grad(xc);
-  Tensor probs = grad && C <= kKeepProbsMaxClasses ? Tensor::empty({R, C}, dt) : Tensor();
+  Tensor probs = grad && C <= kKeepProbsMaxClasses ? Tensor::empty({R, C}, dt, xc.device()) : Tensor();
   double total = 0, wsum = 0;
   backend::cpu::cross_entropy(xc, tc, weights, opts.ignore_index, opts.label_smoothing, lse, probs, rows, &total, &wsum);
   // Mean divides by the weight of the counted rows; nothing counted gives 0 (SPECS F2).
   const double scale = opts.reduction == Reduction::Mean ? (wsum > 0 ? 1.0 / wsum : 0.0) : 1.0;
-  Tensor out = opts.reduction == Reduction::None ? rows : scalar_like(total * scale, dt);
+  Tensor out = opts.reduction == Reduction::None ? rows : scalar_like(total * scale, dt, xc.device());
 
   if (grad) {
     const int64_t ignore = opts.ignore_index;
@@ -122,11 +124,11 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
         // create_graph: (softmax - q) * coef in differentiable ops.
         Tensor ignored = eq(t, ignore);
         Tensor q = to(one_hot(where(ignored, Scalar(0), t), C), x.dtype()) * (1 - s) + s / double(C);
-        Tensor coef = where(ignored, 0.0, w.defined() ? w : ones(t.shape(), {.dtype = x.dtype()}));
+        Tensor coef = where(ignored, 0.0, w.defined() ? w : ones(t.shape(), {.dtype = x.dtype(), .device = x.device()}));
         coef = to(coef, x.dtype()) * (g * scale);
         return {(softmax(x, -1) - q) * unsqueeze(coef, -1)};
       }
-      Tensor gx = Tensor::empty(x.shape(), x.dtype());
+      Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
       backend::cpu::cross_entropy_backward(x, t, w, ignore, s, a.saved[3], a.saved[4], contiguous(g), scale, gx);
       return {gx};
     });
@@ -168,6 +170,7 @@ Tensor pointwise_impl(const char* op, backend::cpu::PointwiseLoss kind, const Te
   using K = backend::cpu::PointwiseLoss;
   check_defined(op, x);
   check_defined(op, y, "target");
+  backend::device_of(op, x, y, weight, pos_weight);
   KILN_CHECK(is_floating(x.dtype()), op, "expects a floating input (f32, f64, bf16), got {} {}", name(x.dtype()),
              to_string(x.shape()));
   KILN_CHECK(y.dtype() == x.dtype(), op, "target has dtype {} but input has dtype {}", name(y.dtype()),
@@ -205,10 +208,10 @@ Tensor pointwise_impl(const char* op, backend::cpu::PointwiseLoss kind, const Te
     if (pos_weight.defined()) pc = contiguous(expand(pos_weight, x.shape()));
   }
   const int64_t n = x.numel();
-  Tensor out = reduction == Reduction::None ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
+  Tensor out = reduction == Reduction::None ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
   const double total = backend::cpu::pointwise_loss(kind, beta, xc, yc, wc, pc, out);
   const double scale = reduction == Reduction::Mean ? 1.0 / double(n) : 1.0;  // n == 0: NaN, as PyTorch
-  if (reduction != Reduction::None) out = scalar_like(total * scale, x.dtype());
+  if (reduction != Reduction::None) out = scalar_like(total * scale, x.dtype(), x.device());
 
   if (needs_grad(x, y)) {
     record(op, {x, y}, {out}, {xc, yc, wc, pc}, [kind, beta, scale](const VjpArgs& a) -> Grads {
@@ -219,8 +222,8 @@ Tensor pointwise_impl(const char* op, backend::cpu::PointwiseLoss kind, const Te
         if (w.defined()) k = k * w;
         return {a.needs(0) ? k * dx : Tensor(), a.needs(1) ? k * dy : Tensor()};
       }
-      Tensor gx = a.needs(0) ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
-      Tensor gy = a.needs(1) ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
+      Tensor gx = a.needs(0) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
+      Tensor gy = a.needs(1) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
       backend::cpu::pointwise_loss_backward(kind, beta, x, y, w, pw, contiguous(a.grad()), scale, gx, gy);
       return {gx, gy};
     });

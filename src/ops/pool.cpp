@@ -10,8 +10,8 @@
 #include "kiln/ops/index.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
-#include "src/ops/checks.h"
 #include "src/backend/cpu/nn/pool.h"
+#include "src/ops/checks.h"
 
 namespace kiln {
 
@@ -98,7 +98,7 @@ struct Argmax {
   Tensor taps;     // [B, C, OH, OW] u8
   Tensor plane_indices() const {
     if (indices.defined()) return indices;
-    Tensor idx = Tensor::empty(taps.shape(), kI64);
+    Tensor idx = Tensor::empty(taps.shape(), kI64, taps.device());
     backend::cpu::max_pool2d_2x2_indices(g, taps, idx);
     return idx;
   }
@@ -115,13 +115,13 @@ std::pair<Tensor, Tensor> max_pool_any(const char* op, int nsp, const Tensor& x,
   const Shape& s4 = l.x4.shape();
   MaxPoolGeom g{s4[0] * s4[1], s4[2], s4[3], out[0], out[1], a.k[0], a.k[1], a.s[0],
                 a.s[1],        a.p[0], a.p[1], a.d[0], a.d[1]};
-  Tensor values = Tensor::empty({s4[0], s4[1], out[0], out[1]}, x.dtype());
+  Tensor values = Tensor::empty({s4[0], s4[1], out[0], out[1]}, x.dtype(), x.device());
   Argmax am{g, {}, {}};
   if (backend::cpu::is_max_pool_2x2(g)) {
-    am.taps = Tensor::empty({s4[0], s4[1], out[0], out[1]}, kU8);
+    am.taps = Tensor::empty({s4[0], s4[1], out[0], out[1]}, kU8, x.device());
     backend::cpu::max_pool2d_2x2(g, l.x4, values, am.taps);
   } else {
-    am.indices = Tensor::empty({s4[0], s4[1], out[0], out[1]}, kI64);
+    am.indices = Tensor::empty({s4[0], s4[1], out[0], out[1]}, kI64, x.device());
     backend::cpu::max_pool2d(g, l.x4, values, am.indices);
   }
   if (needs_grad(l.x4))
@@ -133,7 +133,7 @@ std::pair<Tensor, Tensor> max_pool_any(const char* op, int nsp, const Tensor& x,
 }
 
 Tensor max_pool_backward(const char* op, const Argmax& am, const Shape& in_shape, const Tensor& gy) {
-  Tensor gx = Tensor::empty(in_shape, gy.dtype());
+  Tensor gx = Tensor::empty(in_shape, gy.dtype(), gy.device());
   if (am.taps.defined()) backend::cpu::max_pool2d_2x2_backward(am.g, gy, am.taps, gx);
   else backend::cpu::max_pool2d_backward(am.g, gy, am.indices, gx);
   if (needs_grad(gy))
@@ -172,7 +172,7 @@ Tensor avg_backward(const char* op, const std::shared_ptr<const AvgWindows>& w, 
 
 Tensor avg_forward(const char* op, const std::shared_ptr<const AvgWindows>& w, const Tensor& x4) {
   const Shape& s4 = x4.shape();
-  Tensor out = Tensor::empty({s4[0], s4[1], w->OH(), w->OW()}, x4.dtype());
+  Tensor out = Tensor::empty({s4[0], s4[1], w->OH(), w->OW()}, x4.dtype(), x4.device());
   backend::cpu::avg_pool2d(*w, x4, out);
   if (needs_grad(x4))
     record(op, {x4}, {out}, {}, [op, w, in_shape = s4](const VjpArgs& v) -> Grads {
@@ -183,7 +183,7 @@ Tensor avg_forward(const char* op, const std::shared_ptr<const AvgWindows>& w, c
 
 Tensor avg_backward(const char* op, const std::shared_ptr<const AvgWindows>& w, const Shape& in_shape,
                     const Tensor& gy) {
-  Tensor gx = Tensor::empty(in_shape, gy.dtype());
+  Tensor gx = Tensor::empty(in_shape, gy.dtype(), gy.device());
   backend::cpu::avg_pool2d_backward(*w, gy, gx);
   if (needs_grad(gy))
     record(op, {gy}, {gx}, {}, [op, w](const VjpArgs& v) -> Grads { return {avg_forward(op, w, v.grad())}; });

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/core/backends.h"
 #include "kiln/core/size_check.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
@@ -31,6 +32,7 @@ Tensor finish(Tensor t, const TensorOptions& opts) {
 // itself when contiguous, else a contiguous scratch copied back by commit().
 Tensor fill_target(const char* op, const Tensor& x) {
   KILN_CHECK(x.defined(), op, "undefined tensor");
+  check_device(op, x.device());
   check_floating(op, x.dtype());
   for (int64_t d = 0; d < x.dim(); ++d)
     KILN_CHECK(x.stride(d) != 0 || x.size(d) <= 1, op,
@@ -95,6 +97,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, Te
 
 Tensor bernoulli(const Tensor& p, Generator& gen) {
   KILN_CHECK(p.defined(), "bernoulli", "p is undefined");
+  check_device("bernoulli", p.device());
   KILN_CHECK(is_floating(p.dtype()), "bernoulli",
              "p of shape {} has dtype {}; expected a floating-point tensor of probabilities", to_string(p.shape()),
              name(p.dtype()));

@@ -10,8 +10,8 @@
 
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
-#include "src/ops/checks.h"
 #include "src/backend/cpu/copy/resize.h"
+#include "src/ops/checks.h"
 
 namespace kiln {
 
@@ -60,7 +60,7 @@ Tensor resize_backward(const Geom& g, const Shape& in_shape, const Tensor& gy);
 // x4 [B, C, H, W] -> [B, C, OH, OW].
 Tensor resize_forward(const Geom& g, const Tensor& x4) {
   const Shape& s = x4.shape();
-  Tensor out = Tensor::empty({s[0], s[1], g->h.out(), g->w.out()}, x4.dtype());
+  Tensor out = Tensor::empty({s[0], s[1], g->h.out(), g->w.out()}, x4.dtype(), x4.device());
   backend::cpu::resize2d(*g, x4, out);
   if (needs_grad(x4))
     record("interpolate", {x4}, {out}, {}, [g, in_shape = s](const VjpArgs& v) -> Grads {
@@ -70,7 +70,7 @@ Tensor resize_forward(const Geom& g, const Tensor& x4) {
 }
 
 Tensor resize_backward(const Geom& g, const Shape& in_shape, const Tensor& gy) {
-  Tensor gx = Tensor::empty(in_shape, gy.dtype());
+  Tensor gx = Tensor::empty(in_shape, gy.dtype(), gy.device());
   backend::cpu::resize2d_backward(*g, gy, gx);
   if (needs_grad(gy))
     record("interpolate_backward", {gy}, {gx}, {}, [g](const VjpArgs& v) -> Grads { return {resize_forward(g, v.grad())}; });

@@ -14,10 +14,11 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
-#include "src/ops/checks.h"
+#include "src/backend/backend.h"
 #include "src/backend/cpu/copy/copy.h"
 #include "src/backend/cpu/linalg/matmul.h"
 #include "src/backend/cpu/nn/rnn.h"
+#include "src/ops/checks.h"
 
 namespace kiln {
 
@@ -68,8 +69,8 @@ std::pair<Tensor, Tensor> lstm_cell_pointwise(const Tensor& gates, const Tensor&
   const char* op = "lstm_cell_pointwise";
   check_cell(op, "gates", gates, 4, "c", c);
   Tensor gc = contiguous_nograd(gates), cc = contiguous_nograd(c);
-  Tensor h_new = Tensor::empty(c.shape(), c.dtype());
-  Tensor c_new = Tensor::empty(c.shape(), c.dtype());
+  Tensor h_new = Tensor::empty(c.shape(), c.dtype(), c.device());
+  Tensor c_new = Tensor::empty(c.shape(), c.dtype(), c.device());
   backend::cpu::lstm_cell(gc, cc, h_new, c_new);
   if (needs_grad(gates, c)) {
     // Saves the inputs (the gates are the recurrent GEMM's output, alive
@@ -81,8 +82,8 @@ std::pair<Tensor, Tensor> lstm_cell_pointwise(const Tensor& gates, const Tensor&
         auto [dgates, dc] = lstm_cell_vjp_composed(gates, c, dh, dc_new, a.needs(0));
         return {dgates, a.needs(1) ? dc : Tensor()};
       }
-      Tensor dgates = a.needs(0) ? Tensor::empty(gates.shape(), gates.dtype()) : Tensor();
-      Tensor dc = a.needs(1) ? Tensor::empty(c.shape(), c.dtype()) : Tensor();
+      Tensor dgates = a.needs(0) ? Tensor::empty(gates.shape(), gates.dtype(), gates.device()) : Tensor();
+      Tensor dc = a.needs(1) ? Tensor::empty(c.shape(), c.dtype(), c.device()) : Tensor();
       backend::cpu::lstm_cell_backward(contiguous(gates), contiguous(c), contiguous(c_new), contiguous(dh), contiguous(dc_new),
                               dgates, dc);
       return {dgates, dc};
@@ -96,7 +97,7 @@ Tensor gru_cell_pointwise(const Tensor& gi, const Tensor& gh, const Tensor& h) {
   check_cell(op, "gi", gi, 3, "h", h);
   check_cell(op, "gh", gh, 3, "h", h);
   Tensor ic = contiguous_nograd(gi), rc = contiguous_nograd(gh), hc = contiguous_nograd(h);
-  Tensor out = Tensor::empty(h.shape(), h.dtype());
+  Tensor out = Tensor::empty(h.shape(), h.dtype(), h.device());
   backend::cpu::gru_cell(ic, rc, hc, out);
   if (needs_grad(gi, gh, h)) {
     record(op, {gi, gh, h}, {out}, {gi, gh, h}, [](const VjpArgs& a) -> Grads {
@@ -112,9 +113,9 @@ Tensor gru_cell_pointwise(const Tensor& gi, const Tensor& gh, const Tensor& h) {
         return {a.needs(0) ? cat({dr, dz, dn}, 1) : Tensor(), a.needs(1) ? cat({dr, dz, dn * r}, 1) : Tensor(),
                 a.needs(2) ? g * z : Tensor()};
       }
-      Tensor dgi = a.needs(0) ? Tensor::empty(gi.shape(), gi.dtype()) : Tensor();
-      Tensor dgh = a.needs(1) ? Tensor::empty(gh.shape(), gh.dtype()) : Tensor();
-      Tensor dh = a.needs(2) ? Tensor::empty(h.shape(), h.dtype()) : Tensor();
+      Tensor dgi = a.needs(0) ? Tensor::empty(gi.shape(), gi.dtype(), gi.device()) : Tensor();
+      Tensor dgh = a.needs(1) ? Tensor::empty(gh.shape(), gh.dtype(), gh.device()) : Tensor();
+      Tensor dh = a.needs(2) ? Tensor::empty(h.shape(), h.dtype(), h.device()) : Tensor();
       backend::cpu::gru_cell_backward(contiguous(gi), contiguous(gh), contiguous(h), contiguous(g), dgi, dgh, dh);
       return {dgi, dgh, dh};
     });
@@ -145,6 +146,7 @@ void check_seq(const char* op, const Tensor& x, const Tensor& h0, const Tensor& 
   check_defined(op, c0, "c0");
   check_defined(op, w_ih, "w_ih");
   check_defined(op, w_hh, "w_hh");
+  backend::device_of(op, x, h0, c0, w_ih, w_hh, b_ih, b_hh);
   KILN_CHECK(is_floating(x.dtype()), op, "expects floating tensors (f32, f64, bf16), got x {} {}", name(x.dtype()),
              to_string(x.shape()));
   KILN_CHECK(x.dim() == 3 && x.shape()[0] > 0, op, "x {} must be [T, B, I] (time major) with T > 0",
@@ -256,10 +258,10 @@ std::pair<Tensor, Tensor> lstm_sequence(const Tensor& x, const Tensor& h0, const
     xc = contiguous(x);
     h0c = contiguous(h0);
     c0c = contiguous(c0);
-    gates = Tensor::empty({T, B, 4 * H}, dt);
-    cs = Tensor::empty({T, B, H}, dt);
-    tcs = Tensor::empty({T, B, H}, dt);
-    hs = Tensor::empty({T, B, H}, dt);
+    gates = Tensor::empty({T, B, 4 * H}, dt, x.device());
+    cs = Tensor::empty({T, B, H}, dt, x.device());
+    tcs = Tensor::empty({T, B, H}, dt, x.device());
+    hs = Tensor::empty({T, B, H}, dt, x.device());
     // Both biases enter the same pre-activation: fold them into the input
     // projection's epilogue ([4H], once per call).
     if (b_ih.defined() && b_hh.defined()) bias = add(b_ih, b_hh);
@@ -277,7 +279,7 @@ std::pair<Tensor, Tensor> lstm_sequence(const Tensor& x, const Tensor& h0, const
     }
   }
   // The final c is its own tensor (not a view of cs, which backward keeps).
-  Tensor c_last = Tensor::empty({B, H}, dt);
+  Tensor c_last = Tensor::empty({B, H}, dt, x.device());
   backend::cpu::copy(cs.select(0, T - 1), c_last);
   if (needs_grad(x, h0, c0, w_ih, w_hh, b_ih, b_hh)) {
     record(op, {x, h0, c0, w_ih, w_hh, b_ih, b_hh}, {hs, c_last},
@@ -287,8 +289,8 @@ std::pair<Tensor, Tensor> lstm_sequence(const Tensor& x, const Tensor& h0, const
                           &cs = a.saved[8], &hs = a.saved[9], &x = a.saved[10], &c0 = a.saved[11],
                           &tcs = a.saved[12];
              const DType dt = x.dtype();
-             Tensor dH = Tensor::empty({T, B, H}, dt), dc = Tensor::empty({B, H}, dt);
-             Tensor dG = Tensor::empty({T, B, 4 * H}, dt);
+             Tensor dH = Tensor::empty({T, B, H}, dt, x.device()), dc = Tensor::empty({B, H}, dt, x.device());
+             Tensor dG = Tensor::empty({T, B, 4 * H}, dt, x.device());
              backend::cpu::copy(a.grads[0], dH);
              backend::cpu::copy(a.grads[1], dc);
              for (int64_t t = T - 1; t >= 0; --t) {
@@ -299,20 +301,20 @@ std::pair<Tensor, Tensor> lstm_sequence(const Tensor& x, const Tensor& h0, const
              }
              Grads out(7);
              if (a.needs(0)) {
-               out[0] = Tensor::empty({T, B, I}, dt);
+               out[0] = Tensor::empty({T, B, I}, dt, x.device());
                backend::cpu::matmul(dG.view({T * B, 4 * H}), w_ih, out[0].view({T * B, I}));
              }
              if (a.needs(1)) {
-               out[1] = Tensor::empty({B, H}, dt);
+               out[1] = Tensor::empty({B, H}, dt, x.device());
                backend::cpu::matmul(dG.select(0, 0), w_hh, out[1]);
              }
              if (a.needs(2)) out[2] = dc;
              if (a.needs(3)) {
-               out[3] = Tensor::empty({4 * H, I}, dt);
+               out[3] = Tensor::empty({4 * H, I}, dt, x.device());
                backend::cpu::matmul(dG.view({T * B, 4 * H}).t(), x.view({T * B, I}), out[3]);  // [4H, T*B] x [T*B, I]
              }
              if (a.needs(4)) {
-               out[4] = Tensor::empty({4 * H, H}, dt);
+               out[4] = Tensor::empty({4 * H, H}, dt, x.device());
                backend::cpu::matmul(dG.select(0, 0).t(), h0, out[4]);
                if (T > 1)  // [4H, (T-1)*B] x [(T-1)*B, H]
                  backend::cpu::matmul(dG.narrow(0, 1, T - 1).view({(T - 1) * B, 4 * H}).t(),

@@ -5,10 +5,12 @@
 
 #include "kiln/core/size_check.h"
 #include "kiln/ops/creation.h"
+#include "kiln/ops/device.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
-#include "src/ops/checks.h"
 #include "src/backend/cpu/copy/copy.h"
+#include "src/backend/gpu.h"
+#include "src/ops/checks.h"
 
 namespace kiln {
 
@@ -150,7 +152,7 @@ namespace {
 // The vjp of slice: zeros of the input's shape with g in the slice.
 Tensor slice_backward(const Tensor& g, const Shape& in_shape, int64_t dim, int64_t start, int64_t end,
                       int64_t step) {
-  Tensor out = zeros(in_shape, {.dtype = g.dtype()});
+  Tensor out = zeros(in_shape, {.dtype = g.dtype(), .device = g.device()});
   {
     NoGradGuard no_grad;
     backend::cpu::copy(g, slice(out, dim, start, end, step));
@@ -307,6 +309,18 @@ Tensor to(const Tensor& x, DType dtype) {
   backend::cpu::copy(x, out);
   if (is_floating(dtype) && needs_grad(x))
     record("to", {x}, {out}, {}, [from = x.dtype()](const VjpArgs& a) -> Grads { return {to(a.grad(), from)}; });
+  return out;
+}
+
+Tensor to(const Tensor& x, Device device) {
+  check_defined("to", x);
+  if (x.device() == device) return x;
+  // A move between devices: empty_for refuses a device this build has no
+  // backend for, and only a GPU backend copies across devices.
+  Tensor out = empty_for("to", x.shape(), x.dtype(), device);
+  backend::gpu::copy("to", contiguous(x), out);
+  if (needs_grad(x))
+    record("to", {x}, {out}, {}, [from = x.device()](const VjpArgs& a) -> Grads { return {to(a.grad(), from)}; });
   return out;
 }
 

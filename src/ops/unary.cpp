@@ -9,8 +9,8 @@
 #include "kiln/ops/promotion.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
-#include "src/ops/checks.h"
 #include "src/backend/cpu/elementwise/elementwise.h"
+#include "src/ops/checks.h"
 
 namespace kiln {
 

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "src/backend/cpu/elementwise/elementwise.h"
+#include "tests/support/devices.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -70,13 +71,13 @@ const std::map<std::string, Op>& binary_ops() {
   return ops;
 }
 
-std::vector<Arg> parse_args(const nlohmann::json& args, bool make_noncontiguous) {
+std::vector<Arg> parse_args(const nlohmann::json& args, bool make_noncontiguous, Device device) {
   const auto& inputs = golden("elementwise_inputs");
   std::vector<Arg> out;
   for (const auto& a : args) {
     if (a.is_string()) {
       Tensor t = golden_tensor(inputs.at(a.get<std::string>()));
-      out.push_back({make_noncontiguous ? noncontiguous(t) : t, 0});
+      out.push_back({to(make_noncontiguous ? noncontiguous(t) : t, device), 0});
     } else if (a.is_number_integer()) {
       out.push_back({Tensor(), Scalar(a.get<int64_t>())});
     } else {
@@ -86,8 +87,10 @@ std::vector<Arg> parse_args(const nlohmann::json& args, bool make_noncontiguous)
   return out;
 }
 
-// Runs every case of a golden file with contiguous and non-contiguous inputs.
+// Runs every case of a golden file with contiguous and non-contiguous inputs,
+// on every device of the build.
 void check_golden_file(const char* file) {
+  for_each_device([&](Device d) {
   int n = 0;
   for (const auto& c : golden(file)) {
     std::string op = c.at("op");
@@ -96,13 +99,16 @@ void check_golden_file(const char* file) {
     Tensor want = golden_tensor(c.at("out"));
     double rtol = want.dtype() == kBF16 ? 1e-2 : 2e-6;
     for (bool nc : {false, true}) {
-      Tensor got = it->second(parse_args(c.at("args"), nc));
+      Tensor got = it->second(parse_args(c.at("args"), nc, d));
+      EXPECT_EQ(got.device(), d) << op;
+      got = to(got, kCPU);
       EXPECT_EQ(got.dtype(), want.dtype()) << op << " " << c.at("args").dump();
       EXPECT_TRUE(all_close(got, want, rtol, 1e-6)) << op << " " << c.at("args").dump() << (nc ? " (non-contiguous)" : "");
     }
     ++n;
   }
   EXPECT_GT(n, 5);
+  });
 }
 
 TEST(BinaryGolden, ArithmeticPromotionAndScalars) { check_golden_file("elementwise_binary"); }

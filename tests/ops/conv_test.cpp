@@ -6,6 +6,7 @@
 
 #include "src/backend/cpu/linalg/conv.h"
 #include "tests/ops/window_args.h"
+#include "tests/support/devices.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -35,6 +36,7 @@ Tensor call_conv(const std::string& op, const json& a, const Tensor& x, const Te
 }
 
 void check_goldens(const std::string& file, size_t expected_cases) {
+  for_each_device([&](Device d) {
   size_t seen = 0;
   for (const json& c : golden(file).at("cases")) {
     const std::string name = c.at("name").get<std::string>(), op = c.at("op").get<std::string>();
@@ -46,20 +48,23 @@ void check_goldens(const std::string& file, size_t expected_cases) {
       Tensor x = golden_tensor(in.at("x")), w = golden_tensor(in.at("w"));
       Tensor b = in.contains("b") ? golden_tensor(in.at("b")) : Tensor();
       if (nc) x = noncontiguous(x), w = noncontiguous(w);
+      x = to(x, d), w = to(w, d), b = b.defined() ? to(b, d) : b;
       x.requires_grad_(), w.requires_grad_();
       if (b.defined()) b.requires_grad_();
       Tensor y = call_conv(op, c.at("args"), x, w, b);
-      EXPECT_TRUE(all_close(y, golden_tensor(c.at("out")), 1e-4, 1e-5)) << "forward";
-      sum(y * golden_tensor(c.at("c"))).backward();
+      EXPECT_EQ(y.device(), d);
+      EXPECT_TRUE(all_close(to(y, kCPU), golden_tensor(c.at("out")), 1e-4, 1e-5)) << "forward";
+      sum(y * to(golden_tensor(c.at("c")), d)).backward();
       const json& g = c.at("grads");
-      EXPECT_TRUE(all_close(x.grad(), golden_tensor(g.at("x")), 1e-4, 1e-5)) << "grad x";
-      EXPECT_TRUE(all_close(w.grad(), golden_tensor(g.at("w")), 1e-4, 1e-5)) << "grad w";
+      EXPECT_TRUE(all_close(to(x.grad(), kCPU), golden_tensor(g.at("x")), 1e-4, 1e-5)) << "grad x";
+      EXPECT_TRUE(all_close(to(w.grad(), kCPU), golden_tensor(g.at("w")), 1e-4, 1e-5)) << "grad w";
       if (b.defined()) {
-        EXPECT_TRUE(all_close(b.grad(), golden_tensor(g.at("b")), 1e-4, 1e-5)) << "grad b";
+        EXPECT_TRUE(all_close(to(b.grad(), kCPU), golden_tensor(g.at("b")), 1e-4, 1e-5)) << "grad b";
       }
     }
   }
   EXPECT_EQ(seen, expected_cases);
+  });
 }
 
 TEST(ConvGolden, ForwardAndGradsMatchPyTorch) { check_goldens("conv", 10); }

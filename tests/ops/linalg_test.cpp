@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "src/backend/cpu/linalg/matmul.h"
+#include "tests/support/devices.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -111,16 +112,17 @@ Tensor run_case(const std::string& name, const std::vector<Tensor>& in) {
 TEST(LinalgGolden, ForwardMatchesTorch) {
   const auto& cases = golden("linalg").at("cases");
   ASSERT_GE(cases.size(), 17u);
+  for_each_device([&](Device d) {
   for (const auto& c : cases) {
     std::string name = c.at("name").get<std::string>();
     std::vector<Tensor> in, in_nc;
     for (const auto& j : c.at("inputs")) {
-      in.push_back(golden_tensor(j));
+      in.push_back(to(golden_tensor(j), d));
       in_nc.push_back(noncontiguous(in.back()));
     }
     Tensor want = golden_tensor(c.at("out"));
-    EXPECT_TRUE(all_close(run_case(name, in), want, 1e-6, 1e-6)) << name;
-    EXPECT_TRUE(all_close(run_case(name, in_nc), want, 1e-6, 1e-6)) << name << " (non-contiguous inputs)";
+    EXPECT_TRUE(all_close(to(run_case(name, in), kCPU), want, 1e-6, 1e-6)) << name;
+    EXPECT_TRUE(all_close(to(run_case(name, in_nc), kCPU), want, 1e-6, 1e-6)) << name << " (non-contiguous inputs)";
     // The same in f64 (plain kernel) and bf16 (oneDNN bf16; grid values are exact in bf16).
     std::vector<Tensor> in64, in16;
     for (const Tensor& t : in) {
@@ -129,9 +131,11 @@ TEST(LinalgGolden, ForwardMatchesTorch) {
     }
     Tensor got64 = run_case(name, in64);
     EXPECT_EQ(got64.dtype(), kF64) << name;
-    EXPECT_TRUE(all_close(got64, want, 1e-12, 1e-12)) << name << " (f64)";
-    EXPECT_TRUE(all_close(run_case(name, in16), want, 1e-2, 1e-2)) << name << " (bf16)";
+    EXPECT_EQ(got64.device(), d) << name;
+    EXPECT_TRUE(all_close(to(got64, kCPU), want, 1e-12, 1e-12)) << name << " (f64)";
+    EXPECT_TRUE(all_close(to(run_case(name, in16), kCPU), want, 1e-2, 1e-2)) << name << " (bf16)";
   }
+  });
 }
 
 TEST(LinalgGolden, LinearGradientsMatchTorch) {

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "src/backend/cpu/reduce/reduce.h"
+#include "tests/support/devices.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -27,6 +28,7 @@ void check_goldens(const std::string& file, const std::map<std::string, CaseFn>&
   const auto& j = golden(file);
   std::map<std::string, Tensor> inputs;
   for (const auto& [k, v] : j.at("inputs").items()) inputs[k] = golden_tensor(v);
+  for_each_device([&](Device d) {
   size_t seen = 0;
   for (const auto& c : j.at("cases")) {
     const std::string name = c.at("name").get<std::string>();
@@ -37,7 +39,8 @@ void check_goldens(const std::string& file, const std::map<std::string, CaseFn>&
     const Tensor& x = inputs.at(c.at("x").get<std::string>());
     for (bool nc : {false, true}) {
       SCOPED_TRACE(nc ? "non-contiguous" : "contiguous");
-      Outs got = it->second(nc ? noncontiguous(x) : x);
+      Outs got = it->second(to(nc ? noncontiguous(x) : x, d));
+      for (Tensor& t : got) t = to(t, kCPU);
       ASSERT_EQ(got.size(), c.at("out").size());
       for (size_t i = 0; i < got.size(); ++i) {
         Tensor want = golden_tensor(c.at("out")[i]);
@@ -48,6 +51,7 @@ void check_goldens(const std::string& file, const std::map<std::string, CaseFn>&
     }
   }
   EXPECT_EQ(seen, fns.size()) << "some kiln calls have no golden case in " << file;
+  });
 }
 
 Outs pair(std::pair<Tensor, Tensor> p) { return {p.first, p.second}; }

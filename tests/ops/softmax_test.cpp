@@ -9,6 +9,7 @@
 
 #include "src/backend/cpu/reduce/reduce.h"
 #include "src/backend/cpu/vec_math.h"
+#include "tests/support/devices.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -28,6 +29,7 @@ TEST(SoftmaxGolden, MatchesPyTorch) {
       {"log_softmax_masked_1", [](const Tensor& x) { return log_softmax(x, 1); }},
   };
   const auto& j = golden("reduce_softmax");
+  for_each_device([&](Device d) {
   size_t seen = 0;
   for (const auto& c : j.at("cases")) {
     const std::string name = c.at("name").get<std::string>();
@@ -37,10 +39,11 @@ TEST(SoftmaxGolden, MatchesPyTorch) {
     ++seen;
     Tensor x = golden_tensor(j.at("inputs").at(c.at("x").get<std::string>()));
     Tensor want = golden_tensor(c.at("out")[0]);
-    EXPECT_TRUE(all_close(it->second(x), want, 1e-5, 1e-6));
-    EXPECT_TRUE(all_close(it->second(noncontiguous(x)), want, 1e-5, 1e-6)) << "non-contiguous";
+    EXPECT_TRUE(all_close(to(it->second(to(x, d)), kCPU), want, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close(to(it->second(to(noncontiguous(x), d)), kCPU), want, 1e-5, 1e-6)) << "non-contiguous";
   }
   EXPECT_EQ(seen, fns.size());
+  });
 }
 
 // The same values in a layout with no stride-1 dim.

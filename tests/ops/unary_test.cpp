@@ -10,6 +10,7 @@
 
 #include "src/backend/cpu/elementwise/elementwise.h"
 #include "src/backend/cpu/elementwise/elementwise_math.h"
+#include "tests/support/devices.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -58,6 +59,7 @@ const std::map<std::string, Op>& unary_ops() {
 }
 
 TEST(UnaryGolden, MatchesTorch) {
+  for_each_device([](Device d) {
   const auto& file = golden("elementwise_unary");
   int n = 0;
   for (const auto& c : file.at("cases")) {
@@ -74,7 +76,7 @@ TEST(UnaryGolden, MatchesTorch) {
     // Transcendentals in f32 may differ from torch's vectorized versions by an ulp or two.
     double rtol = want.dtype() == kBF16 ? 1e-2 : want.dtype() == kF64 ? 1e-12 : 4e-6;
     for (bool nc : {false, true}) {
-      Tensor in = nc ? noncontiguous(x) : x;
+      Tensor in = to(nc ? noncontiguous(x) : x, d);
       Tensor got;
       if (op == "clamp") got = clamp(in, ps[0], ps[1]);
       else if (op == "clamp_min") got = clamp_min(in, ps[0]);
@@ -84,12 +86,14 @@ TEST(UnaryGolden, MatchesTorch) {
         ASSERT_NE(it, unary_ops().end()) << "no kiln op for golden case " << op;
         got = it->second(in, p);
       }
+      EXPECT_EQ(got.device(), d) << op;
       EXPECT_EQ(got.dtype(), want.dtype()) << op << " " << args.dump();
-      EXPECT_TRUE(all_close(got, want, rtol, 1e-6)) << op << " " << args.dump() << (nc ? " (non-contiguous)" : "");
+      EXPECT_TRUE(all_close(to(got, kCPU), want, rtol, 1e-6)) << op << " " << args.dump() << (nc ? " (non-contiguous)" : "");
     }
     ++n;
   }
   EXPECT_GT(n, 50);
+  });
 }
 
 TEST(Unary, RoundIsHalfToEvenAndIntegersKeepDtype) {
