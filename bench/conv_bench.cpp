@@ -15,7 +15,7 @@ namespace {
 // so every iteration runs forward, backward-data, backward-weights and the
 // bias sum. With `fresh`, x, w and g are rewritten in place (x *= 1) before
 // each step, as a new batch and an optimizer step would: no reordered copy
-// of them can be reused (NOTE [Reordered inputs] in src/ops/cpu/conv.cpp).
+// of them can be reused (NOTE [Reordered inputs] in src/backend/cpu/linalg/conv.cpp).
 void bench_conv2d(const std::string& name, int64_t B, int64_t C, int64_t H, int64_t W, int64_t O, bool fresh) {
   kiln::Generator gen(0);
   kiln::Tensor x = kiln::randn({B, C, H, W}, gen).requires_grad_();

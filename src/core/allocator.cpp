@@ -1,4 +1,6 @@
-// The caching CPU allocator. Blocks are rounded up to a size class (powers of
+// Device memory: allocate() picks the allocator of the device (the CPU's is
+// the only one in this build; a GPU backend adds its own case), and the
+// caching CPU allocator. Blocks are rounded up to a size class (powers of
 // two up to 1 MiB, then whole MiBs) and kept on a free list per class when
 // returned, so steady-state training never reaches malloc. A block the
 // system refuses is a kiln::Error "[allocate] out of memory: ..." (size_check.h).
@@ -9,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/core/backends.h"
 #include "kiln/core/error.h"
 #include "kiln/core/size_check.h"
 
@@ -78,6 +81,24 @@ void* cpu_allocate(size_t nbytes) {
   return p;
 }
 
+void* allocate(size_t nbytes, Device device) {
+  switch (device.type) {
+    case DeviceType::cpu: return cpu_allocate(nbytes);
+    case DeviceType::cuda: break;
+  }
+  no_gpu_backend("Storage", device);
+}
+
+void deallocate(void* ptr, size_t nbytes, Device device) {
+  // Only CPU blocks are ever handed out (allocate refuses every other device).
+  if (device.type == DeviceType::cpu) cpu_deallocate(ptr, nbytes);
+}
+
+void no_gpu_backend(const char* op, Device device) {
+  KILN_FAIL(op, "this build has no GPU backend: {} tensors cannot be created, moved to or computed on "
+            "(kiln was built with the CPU backend only)", device.str());
+}
+
 void cpu_deallocate(void* ptr, size_t nbytes) {
   if (!ptr) return;
   size_t cls = size_class(nbytes);
@@ -89,6 +110,8 @@ void cpu_deallocate(void* ptr, size_t nbytes) {
 }
 
 }  // namespace detail
+
+std::vector<Device> available_devices() { return {kCPU}; }
 
 std::string format_bytes(int64_t nbytes) {
   static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

@@ -3,6 +3,7 @@
 
 #include <ostream>
 
+#include "kiln/core/backends.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/size_check.h"
 
@@ -34,6 +35,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor empty_for(const char* op, const Shape& shape, DType dtype, Device device) {
+  check_device(op, device);
   const int64_t nbytes = checked_nbytes(op, shape, dtype);
   std::shared_ptr<Storage> storage;
   try {

@@ -1,5 +1,5 @@
 // scaled_dot_product_attention: argument checks, the policy, the standard
-// path composed of kiln ops, the flash path (cpu::flash_attention_* with a
+// path composed of kiln ops, the flash path (backend::cpu::flash_attention_* with a
 // fused vjp), and the causal / padding mask helpers.
 // Letter legend: B batch, H heads, Tq queries, Tk keys, Dh q/k dim, Dv v dim.
 #include "kiln/ops/attention.h"
@@ -13,8 +13,9 @@
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
+#include "src/backend/backend.h"
+#include "src/backend/cpu/nn/attention.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/attention.h"
 
 namespace kiln {
 
@@ -45,6 +46,7 @@ Problem check(const Tensor& q, const Tensor& k, const Tensor& v, const Attention
   check_defined(kOp, q, "q");
   check_defined(kOp, k, "k");
   check_defined(kOp, v, "v");
+  backend::device_of(kOp, q, k, v, o.mask, o.additive_mask);
   KILN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, kOp,
              "q, k and v must be 4-D [B, H, T, D], got q {}, k {} and v {}", to_string(q.shape()),
              to_string(k.shape()), to_string(v.shape()));
@@ -151,8 +153,8 @@ Grads composed_grads(const Tensor& q, const Tensor& k, const Tensor& v, const Te
           matmul(transpose(P, -2, -1), g)};
 }
 
-cpu::AttentionShape kernel_shape(const Problem& p) {
-  cpu::AttentionShape s;
+backend::cpu::AttentionShape kernel_shape(const Problem& p) {
+  backend::cpu::AttentionShape s;
   s.B = p.B;
   s.H = p.H;
   s.Tq = p.Tq;
@@ -189,9 +191,9 @@ bool token_major(const Tensor& t) { return t.size(1) > 1 && t.size(2) > 1 && t.s
 // merging the heads back (transpose(1, 2) + reshape to [B, T, H * D]) is a
 // view; otherwise contiguous.
 Tensor empty_heads(const Tensor& like, int64_t B, int64_t H, int64_t T, int64_t D) {
-  if (!token_major(like)) return Tensor::empty({B, H, T, D}, like.dtype());
+  if (!token_major(like)) return Tensor::empty({B, H, T, D}, like.dtype(), like.device());
   NoGradGuard no_grad;
-  return transpose(Tensor::empty({B, T, H, D}, like.dtype()), 1, 2);
+  return transpose(Tensor::empty({B, T, H, D}, like.dtype(), like.device()), 1, 2);
 }
 
 // Whether q, k, v are the heads of one [B, T, 3 H Dh] projection split along
@@ -211,10 +213,10 @@ bool one_projection(const Tensor& q, const Tensor& k, const Tensor& v, const Pro
 }
 
 AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const Problem& p) {
-  const cpu::AttentionShape s = kernel_shape(p);
+  const backend::cpu::AttentionShape s = kernel_shape(p);
   Tensor out = empty_heads(q, p.B, p.H, p.Tq, p.Dv);
-  Tensor lse = Tensor::empty({p.B, p.H, p.Tq}, q.dtype());  // +inf marks a fully masked row
-  cpu::flash_attention_forward(s, unit_rows(q), unit_rows(k), unit_rows(v), out, lse);
+  Tensor lse = Tensor::empty({p.B, p.H, p.Tq}, q.dtype(), q.device());  // +inf marks a fully masked row
+  backend::cpu::flash_attention_forward(s, unit_rows(q), unit_rows(k), unit_rows(v), out, lse);
   if (needs_grad(q, k, v)) {
     // Saves q, k, v as given (double backward needs them in the graph), out and lse.
     record(kOp, {q, k, v}, {out}, {q, k, v, out, lse}, [s, p](const VjpArgs& a) -> Grads {
@@ -229,7 +231,7 @@ AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const P
         // One [B, T, 3C] buffer laid out like the projection: split's vjp
         // joins the three gradients as a view of it instead of a cat copy.
         const int64_t C = p.H * p.Dh;
-        Tensor g = Tensor::empty({p.B, p.Tq, 3 * C}, q.dtype());
+        Tensor g = Tensor::empty({p.B, p.Tq, 3 * C}, q.dtype(), q.device());
         dq = Tensor::make_view(g.storage(), q.shape(), q.strides(), 0, q.dtype());
         dk = Tensor::make_view(g.storage(), k.shape(), k.strides(), C, k.dtype());
         dv = Tensor::make_view(g.storage(), v.shape(), v.strides(), 2 * C, v.dtype());
@@ -238,7 +240,7 @@ AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const P
         dk = empty_heads(k, p.B, p.H, p.Tk, p.Dh);
         dv = empty_heads(v, p.B, p.H, p.Tk, p.Dv);
       }
-      cpu::flash_attention_backward(s, unit_rows(q), unit_rows(k), unit_rows(v), a.saved[3], a.grad(), a.saved[4],
+      backend::cpu::flash_attention_backward(s, unit_rows(q), unit_rows(k), unit_rows(v), a.saved[3], a.grad(), a.saved[4],
                                     dq, dk, dv);
       return {a.needs(0) ? dq : Tensor(), a.needs(1) ? dk : Tensor(), a.needs(2) ? dv : Tensor()};
     });

@@ -1,6 +1,6 @@
 // conv1d/conv2d/conv_transpose1d/conv_transpose2d: argument checks, output
 // sizes (PyTorch's rules), and three differentiable primitives that are each
-// other's vjps (NOTE [Conv geometry] in src/ops/cpu/conv.h):
+// other's vjps (NOTE [Conv geometry] in src/backend/cpu/linalg/conv.h):
 //   conv_fwd:      small = conv(large, w)          (conv2d)
 //   conv_bwd_data: large = conv^T(small, w)        (conv_transpose2d)
 //   conv_bwd_w:    gw = corr(large, small), gb = sum(small)
@@ -15,14 +15,15 @@
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
+#include "src/backend/backend.h"
+#include "src/backend/cpu/linalg/conv.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/conv.h"
 
 namespace kiln {
 
 namespace {
 
-using cpu::ConvGeom;
+using backend::cpu::ConvGeom;
 
 Tensor conv_fwd(const char* op, const ConvGeom& g, const Tensor& large, const Tensor& w, const Tensor& bias);
 Tensor conv_bwd_data(const char* op, const ConvGeom& g, const Tensor& small, const Tensor& w, const Tensor& bias);
@@ -33,8 +34,8 @@ std::pair<Tensor, Tensor> conv_bwd_w(const char* op, const ConvGeom& g, const Te
 Tensor bias_grad(const Tensor& g) { return sum(g, {0, 2, 3}); }
 
 Tensor conv_fwd(const char* op, const ConvGeom& g, const Tensor& large, const Tensor& w, const Tensor& bias) {
-  Tensor small = Tensor::empty({g.B, g.O, g.OH, g.OW}, large.dtype());
-  cpu::conv_forward(g, large, w, bias.defined() ? &bias : nullptr, small);
+  Tensor small = Tensor::empty({g.B, g.O, g.OH, g.OW}, large.dtype(), large.device());
+  backend::cpu::conv_forward(g, large, w, bias.defined() ? &bias : nullptr, small);
   if (needs_grad(large, w, bias)) {
     record(op, {large, w, bias}, {small}, {needs_grad(w) ? large : Tensor(), needs_grad(large) ? w : Tensor()},
            [op, g](const VjpArgs& a) -> Grads {
@@ -50,8 +51,8 @@ Tensor conv_fwd(const char* op, const ConvGeom& g, const Tensor& large, const Te
 }
 
 Tensor conv_bwd_data(const char* op, const ConvGeom& g, const Tensor& small, const Tensor& w, const Tensor& bias) {
-  Tensor large = Tensor::empty({g.B, g.C, g.H, g.W}, small.dtype());
-  cpu::conv_backward_data(g, small, w, bias.defined() ? &bias : nullptr, large);
+  Tensor large = Tensor::empty({g.B, g.C, g.H, g.W}, small.dtype(), small.device());
+  backend::cpu::conv_backward_data(g, small, w, bias.defined() ? &bias : nullptr, large);
   if (needs_grad(small, w, bias)) {
     record(op, {small, w, bias}, {large}, {needs_grad(w) ? small : Tensor(), needs_grad(small) ? w : Tensor()},
            [op, g](const VjpArgs& a) -> Grads {
@@ -69,9 +70,9 @@ Tensor conv_bwd_data(const char* op, const ConvGeom& g, const Tensor& small, con
 std::pair<Tensor, Tensor> conv_bwd_w(const char* op, const ConvGeom& g, const Tensor& large, const Tensor& small,
                                      bool with_bias) {
   const DType dt = large.dtype();
-  Tensor gw = Tensor::empty({g.O, g.C / g.groups, g.KH, g.KW}, dt);
-  Tensor gb = with_bias ? Tensor::empty({g.O}, dt) : Tensor();
-  cpu::conv_backward_weights(g, large, small, gw, with_bias ? &gb : nullptr);
+  Tensor gw = Tensor::empty({g.O, g.C / g.groups, g.KH, g.KW}, dt, large.device());
+  Tensor gb = with_bias ? Tensor::empty({g.O}, dt, large.device()) : Tensor();
+  backend::cpu::conv_backward_weights(g, large, small, gw, with_bias ? &gb : nullptr);
   if (needs_grad(large, small)) {
     // Bilinear in (large, small): d/dlarge = conv^T(small, Gw);
     // d/dsmall = conv(large, Gw) + Gb broadcast over batch and space.
@@ -110,6 +111,7 @@ void check_common(const char* op, const Tensor& x, const Tensor& w, const Tensor
                   const Spatial& stride, const Spatial& dilation) {
   check_defined(op, x);
   check_defined(op, w, "weight");
+  backend::device_of(op, x, w, bias);
   KILN_CHECK(x.dim() == nsp + 1 || x.dim() == nsp + 2, op,
              "input {} must be {}-D (batched [B, C, {}]) or {}-D (unbatched), got {}-D", to_string(x.shape()),
              nsp + 2, nsp == 1 ? "L" : "H, W", nsp + 1, x.dim());

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "kiln/core/size_check.h"
-#include "src/ops/cpu/copy.h"
+#include "src/backend/cpu/copy/copy.h"
 
 namespace kiln {
 
@@ -28,7 +28,7 @@ Tensor empty(const Shape& shape, TensorOptions opts) {
 
 Tensor full(const Shape& shape, Scalar value, TensorOptions opts) {
   Tensor t = empty_for("full", shape, opts.dtype, opts.device);
-  cpu::fill(t, value);
+  backend::cpu::fill(t, value);
   return finish(t, opts);
 }
 
@@ -144,7 +144,7 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype, void (*deleter)(vo
 
 void copy_to_buffer(const Tensor& src, void* dst) {
   Tensor out = from_blob(dst, src.shape(), src.dtype());
-  cpu::copy(src, out);
+  backend::cpu::copy(src, out);
 }
 
 }  // namespace kiln

@@ -24,9 +24,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   {
     NoGradGuard no_grad;
     if (p == 1.0) {
-      scale_mask = zeros(x.shape(), {.dtype = x.dtype()});  // drops everything; draws nothing
+      scale_mask = zeros(x.shape(), {.dtype = x.dtype(), .device = x.device()});  // drops everything; draws nothing
     } else {
-      scale_mask = bernoulli(x.shape(), 1.0 - p, gen, {.dtype = x.dtype()});
+      scale_mask = bernoulli(x.shape(), 1.0 - p, gen, {.dtype = x.dtype(), .device = x.device()});
       mul_(scale_mask, 1.0 / (1.0 - p));
     }
     out = mul(x, scale_mask);

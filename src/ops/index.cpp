@@ -6,9 +6,9 @@
 #include "kiln/ops/creation.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
+#include "src/backend/cpu/copy/copy.h"
+#include "src/backend/cpu/index/index.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/copy.h"
-#include "src/ops/cpu/index.h"
 
 namespace kiln {
 
@@ -23,7 +23,7 @@ void check_index_dtype(const char* op, const Tensor& index, const char* what = "
 // Throws unless every index lies in [0, size) for dim `dim` of `x`.
 void check_range(const char* op, const Tensor& index, int64_t dim, const Tensor& x) {
   int64_t size = x.dim() ? x.shape()[size_t(dim)] : 1;
-  if (auto bad = cpu::find_bad_index(index, size))
+  if (auto bad = backend::cpu::find_bad_index(index, size))
     KILN_FAIL(op, "index {} is out of range for dim {} of size {} (input {})", *bad, dim, size, to_string(x.shape()));
 }
 
@@ -77,7 +77,7 @@ Tensor src_grad(const Tensor& g, int64_t d, const Tensor& index, const Shape& sr
 // The copy of x that a scatter writes into.
 Tensor copy_of(const Tensor& x) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cpu::copy(x, out);
+  backend::cpu::copy(x, out);
   return out;
 }
 
@@ -86,10 +86,10 @@ Tensor copy_of(const Tensor& x) {
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   int64_t d = check_gather_scatter("gather", x, dim, index, nullptr);
   Tensor out = Tensor::empty(index.shape(), x.dtype(), x.device());
-  cpu::gather(as_1d(x), d, as_1d(index), as_1d(out));
+  backend::cpu::gather(as_1d(x), d, as_1d(index), as_1d(out));
   if (needs_grad(x))
     record("gather", {x}, {out}, {index}, [d, in = x.shape()](const VjpArgs& a) -> Grads {
-      return {scatter_add(zeros(in, {.dtype = a.grad().dtype()}), d, a.saved[0], a.grad())};
+      return {scatter_add(zeros(in, {.dtype = a.grad().dtype(), .device = a.grad().device()}), d, a.saved[0], a.grad())};
     });
   return out;
 }
@@ -97,7 +97,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   int64_t d = check_gather_scatter("scatter", x, dim, index, &src);
   Tensor out = copy_of(x);
-  cpu::scatter(as_1d(out), d, as_1d(index), as_1d(src), cpu::ScatterMode::assign);
+  backend::cpu::scatter(as_1d(out), d, as_1d(index), as_1d(src), backend::cpu::ScatterMode::assign);
   if (needs_grad(x, src))
     record("scatter", {x, src}, {out}, {index}, [d, ss = src.shape()](const VjpArgs& a) -> Grads {
       const Tensor& g = a.grad();
@@ -110,7 +110,7 @@ Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& 
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, Scalar value) {
   int64_t d = check_gather_scatter("scatter", x, dim, index, nullptr);
   Tensor out = copy_of(x);
-  cpu::scatter_fill(as_1d(out), d, as_1d(index), value);
+  backend::cpu::scatter_fill(as_1d(out), d, as_1d(index), value);
   if (needs_grad(x))
     record("scatter", {x}, {out}, {index}, [d](const VjpArgs& a) -> Grads {
       return {scatter(a.grad(), d, a.saved[0], 0)};
@@ -121,7 +121,7 @@ Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, Scalar value) 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   int64_t d = check_gather_scatter("scatter_add", x, dim, index, &src);
   Tensor out = copy_of(x);
-  cpu::scatter(as_1d(out), d, as_1d(index), as_1d(src), cpu::ScatterMode::add);
+  backend::cpu::scatter(as_1d(out), d, as_1d(index), as_1d(src), backend::cpu::ScatterMode::add);
   if (needs_grad(x, src))
     record("scatter_add", {x, src}, {out}, {index}, [d, ss = src.shape()](const VjpArgs& a) -> Grads {
       return {a.needs(0) ? a.grad() : Tensor(), a.needs(1) ? src_grad(a.grad(), d, a.saved[0], ss) : Tensor()};
@@ -148,10 +148,10 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Shape s = x.shape();
   s[size_t(d)] = index.numel();
   Tensor out = Tensor::empty(s, x.dtype(), x.device());
-  cpu::index_select(x, d, index, out);
+  backend::cpu::index_select(x, d, index, out);
   if (needs_grad(x))
     record("index_select", {x}, {out}, {index}, [d, in = x.shape()](const VjpArgs& a) -> Grads {
-      return {index_add(zeros(in, {.dtype = a.grad().dtype()}), d, a.saved[0], a.grad())};
+      return {index_add(zeros(in, {.dtype = a.grad().dtype(), .device = a.grad().device()}), d, a.saved[0], a.grad())};
     });
   return out;
 }
@@ -166,7 +166,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   KILN_CHECK(src.dtype() == x.dtype(), "index_add", "src has dtype {}, expected {} like input", name(src.dtype()),
              name(x.dtype()));
   Tensor out = copy_of(x);
-  cpu::index_add(out, d, index, src);
+  backend::cpu::index_add(out, d, index, src);
   if (needs_grad(x, src))
     record("index_add", {x, src}, {out}, {index}, [d](const VjpArgs& a) -> Grads {
       return {a.needs(0) ? a.grad() : Tensor(), a.needs(1) ? index_select(a.grad(), d, a.saved[0]) : Tensor()};
@@ -186,7 +186,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
                to_string(weight.shape()));
     if (*padding_idx < 0) *padding_idx += V;
   }
-  if (auto bad = cpu::find_bad_index(indices, V))
+  if (auto bad = backend::cpu::find_bad_index(indices, V))
     KILN_FAIL("embedding", "index {} is out of range for {} embeddings (weight {})", *bad, V,
               to_string(weight.shape()));
   // [...] indices -> [N] rows of weight -> [..., D].
@@ -196,14 +196,14 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   Shape s = indices.shape();
   s.push_back(D);
   Tensor out = Tensor::empty(s, weight.dtype(), weight.device());
-  cpu::index_select(weight, 0, flat, Tensor::make_view(out.storage(), {flat.numel(), D}, {D, 1}, 0, out.dtype()));
+  backend::cpu::index_select(weight, 0, flat, Tensor::make_view(out.storage(), {flat.numel(), D}, {D, 1}, 0, out.dtype()));
   if (needs_grad(weight))
     record("embedding", {weight}, {out}, {flat}, [V, D, padding_idx](const VjpArgs& a) -> Grads {
       const Tensor& idx = a.saved[0];
       Tensor rows = reshape(a.grad(), {idx.numel(), D});  // [N, D]
       // Rows looked up at padding_idx contribute nothing.
       if (padding_idx) rows = where(reshape(ne(idx, *padding_idx), {idx.numel(), 1}), rows, 0);
-      return {index_add(zeros({V, D}, {.dtype = a.grad().dtype()}), 0, idx, rows)};
+      return {index_add(zeros({V, D}, {.dtype = a.grad().dtype(), .device = a.grad().device()}), 0, idx, rows)};
     });
   return out;
 }
@@ -211,19 +211,19 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   check_index_dtype("one_hot", indices, "indices");
   KILN_CHECK(num_classes >= -1, "one_hot", "num_classes must be -1 (infer) or non-negative, got {}", num_classes);
-  if (auto neg = cpu::find_bad_index(indices, INT64_MAX))
+  if (auto neg = backend::cpu::find_bad_index(indices, INT64_MAX))
     KILN_FAIL("one_hot", "class value {} is negative (indices {})", *neg, to_string(indices.shape()));
   if (num_classes == -1) {
     KILN_CHECK(indices.numel() > 0, "one_hot",
                "cannot infer num_classes from an empty tensor {}; pass num_classes", to_string(indices.shape()));
-    num_classes = cpu::max_index(indices) + 1;
+    num_classes = backend::cpu::max_index(indices) + 1;
   }
-  if (auto bad = cpu::find_bad_index(indices, num_classes))
+  if (auto bad = backend::cpu::find_bad_index(indices, num_classes))
     KILN_FAIL("one_hot", "class value {} is out of range for num_classes {}", *bad, num_classes);
   Shape s = indices.shape();
   s.push_back(num_classes);
   Tensor out = Tensor::empty(s, kI64, indices.device());
-  cpu::one_hot(indices, out);
+  backend::cpu::one_hot(indices, out);
   return out;
 }
 

@@ -7,9 +7,9 @@
 #include "kiln/ops/index.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
+#include "src/backend/cpu/copy/copy.h"
+#include "src/backend/cpu/index/index.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/copy.h"
-#include "src/ops/cpu/index.h"
 
 namespace kiln {
 
@@ -37,6 +37,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   DType dtype = xs[0].defined() ? xs[0].dtype() : kF32;
   for (size_t i = 0; i < xs.size(); ++i) {
     KILN_CHECK(xs[i].defined(), "cat", "tensor {} is undefined", i);
+    check_device("cat", xs[i].device());
     KILN_CHECK(xs[i].dim() > 0, "cat", "tensor {} is 0-dim and cannot be concatenated", i);
     dtype = promote_types(dtype, xs[i].dtype());
     if (first < 0 && !skipped_in_cat(xs[i])) first = int64_t(i);
@@ -61,7 +62,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
     used.push_back(x);
   }
   Tensor out = Tensor::empty(s, dtype, ref.device());
-  cpu::cat(used, d, out);
+  backend::cpu::cat(used, d, out);
   if (is_floating(dtype) && needs_grad(std::span<const Tensor>(xs))) {
     // Per input: where its slice starts along d, its size and dtype (-1: skipped).
     struct Part {
@@ -80,7 +81,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
              Grads g(parts.size());
              for (size_t i = 0; i < parts.size(); ++i) {
                if (!a.needs(i)) continue;
-               g[i] = parts[i].start < 0 ? zeros({0}, {.dtype = parts[i].dtype})
+               g[i] = parts[i].start < 0 ? zeros({0}, {.dtype = parts[i].dtype, .device = a.grad().device()})
                                          : to(narrow(a.grad(), d, parts[i].start, parts[i].size), parts[i].dtype);
              }
              return g;
@@ -93,6 +94,7 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
   KILN_CHECK(!xs.empty(), "stack", "expected a non-empty list of tensors");
   for (size_t i = 0; i < xs.size(); ++i) {
     KILN_CHECK(xs[i].defined(), "stack", "tensor {} is undefined", i);
+    check_device("stack", xs[i].device());
     KILN_CHECK(xs[i].shape() == xs[0].shape(), "stack", "tensor {} has shape {}, expected {} like tensor 0", i,
                to_string(xs[i].shape()), to_string(xs[0].shape()));
   }
@@ -222,7 +224,7 @@ Tensor flip(const Tensor& x, const Shape& dims) {
     st[size_t(d)] = -st[size_t(d)];
   }
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (out.numel() > 0) cpu::copy(alias(x, x.shape(), st, off), out);
+  if (out.numel() > 0) backend::cpu::copy(alias(x, x.shape(), st, off), out);
   if (needs_grad(x)) record("flip", {x}, {out}, {}, [dims](const VjpArgs& a) -> Grads { return {flip(a.grad(), dims)}; });
   return out;
 }
@@ -267,7 +269,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad_, Scalar value) {
     len[d] = std::min(len[d], s[d]);
   }
   Tensor out = full(s, value, {.dtype = x.dtype(), .device = x.device()});
-  if (numel(len) > 0) cpu::copy(window(x, src_start, len), window(out, dst_start, len));
+  if (numel(len) > 0) backend::cpu::copy(window(x, src_start, len), window(out, dst_start, len));
   if (needs_grad(x))
     record("pad", {x}, {out}, {}, [pad_](const VjpArgs& a) -> Grads {
       // Cropping undoes padding and zero-padding undoes cropping.
@@ -303,7 +305,7 @@ Tensor triangle(const char* op, const Tensor& x, int64_t k, bool lower) {
   check_defined(op, x);
   KILN_CHECK(x.dim() >= 2, op, "input {} has {} dims, expected at least 2", to_string(x.shape()), x.dim());
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cpu::triangle(x, k, lower, out);
+  backend::cpu::triangle(x, k, lower, out);
   if (needs_grad(x))
     record(op, {x}, {out}, {}, [k, lower](const VjpArgs& a) -> Grads {
       return {lower ? tril(a.grad(), k) : triu(a.grad(), k)};

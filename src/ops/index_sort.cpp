@@ -3,8 +3,8 @@
 #include "kiln/ops/creation.h"
 #include "kiln/ops/index.h"
 #include "kiln/ops/record.h"
+#include "src/backend/cpu/index/index.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/index.h"
 
 namespace kiln {
 
@@ -21,10 +21,10 @@ std::pair<Tensor, Tensor> sorted_prefix(const char* op, const Tensor& x, int64_t
   auto row = [](const Tensor& t) {
     return t.dim() ? t : Tensor::make_view(t.storage(), {1}, {1}, t.storage_offset(), t.dtype());
   };
-  cpu::sort(row(x), d, descending, row(values), row(indices));
+  backend::cpu::sort(row(x), d, descending, row(values), row(indices));
   if (needs_grad(x))
     record(op, {x}, {values}, {indices}, [d, in = x.shape()](const VjpArgs& a) -> Grads {
-      return {scatter(zeros(in, {.dtype = a.grad().dtype()}), d, a.saved[0], a.grad())};
+      return {scatter(zeros(in, {.dtype = a.grad().dtype(), .device = a.grad().device()}), d, a.saved[0], a.grad())};
     });
   return {values, indices};
 }

@@ -1,5 +1,5 @@
 // Matrix products: argument checks, shape rules (torch.matmul's 1-D and
-// batch-broadcast cases), the calls into cpu::matmul, and their vjps.
+// batch-broadcast cases), the calls into backend::cpu::matmul, and their vjps.
 #include "kiln/ops/linalg.h"
 
 #include "kiln/core/grad_mode.h"
@@ -7,9 +7,10 @@
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
+#include "src/backend/backend.h"
+#include "src/backend/cpu/copy/copy.h"
+#include "src/backend/cpu/linalg/matmul.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/copy.h"
-#include "src/ops/cpu/matmul.h"
 
 namespace kiln {
 
@@ -67,7 +68,7 @@ Shape product_shape(const char* op, const Tensor& a, const Tensor& b) {
 // with broadcast batch dims, both operands >= 2-D and already checked.
 Tensor product(const char* op, const Tensor& a, const Tensor& b) {
   Tensor out = Tensor::empty(product_shape(op, a, b), a.dtype(), a.device());
-  cpu::matmul(a, b, out);
+  backend::cpu::matmul(a, b, out);
   if (needs_grad(a, b)) {
     // grad_a = g @ b^T and grad_b = a^T @ g, summed over broadcast batch dims.
     // Each needs only the other operand.
@@ -124,6 +125,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_defined("linear", x, "input");
   check_defined("linear", weight, "weight");
+  backend::device_of("linear", x, weight, bias);
   KILN_CHECK(weight.dim() == 2, "linear", "weight {} must be 2-D [out_features, in_features]",
              to_string(weight.shape()));
   KILN_CHECK(x.dim() >= 1, "linear", "input must have at least 1 dim, got a 0-dim tensor");
@@ -149,9 +151,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool vec = x.dim() == 1;
   Tensor x2 = vec ? raw_view(x, {1, I}, {I * x.strides()[0], x.strides()[0]}) : x;
   Tensor o2 = vec ? raw_view(out, {1, O}, {O, 1}) : out;
-  cpu::MatmulEpilogue ep;
+  backend::cpu::MatmulEpilogue ep;
   if (bias.defined()) ep.bias = &bias;
-  cpu::matmul(x2, raw_transpose(weight), o2, ep);
+  backend::cpu::matmul(x2, raw_transpose(weight), o2, ep);
 
   if (needs_grad(x, weight, bias)) {
     // g [..., O]: grad_x = g @ W; grad_W = g^T x over all leading dims
@@ -170,11 +172,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                  Shape xs = g.shape();
                  xs[xs.size() - 1] = I;
                  gx = Tensor::empty(xs, g.dtype(), g.device());
-                 cpu::matmul(raw_view(g, {rows, O}, {O, 1}), w, raw_view(gx, {rows, I}, {I, 1}));
+                 backend::cpu::matmul(raw_view(g, {rows, O}, {O, 1}), w, raw_view(gx, {rows, I}, {I, 1}));
                }
                if (v.needs(1)) {
                  gw = Tensor::empty({O, I}, g.dtype(), g.device());
-                 cpu::matmul(raw_view(g, {O, rows}, {1, O}), raw_view(x, {rows, I}, {I, 1}), gw);
+                 backend::cpu::matmul(raw_view(g, {O, rows}, {1, O}), raw_view(x, {rows, I}, {I, 1}), gw);
                }
                if (v.needs(2)) gb = sum_to(g, {O});
                return {gx, gw, gb};
@@ -191,6 +193,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) {
   check_defined("addmm", input, "input");
   check_pair("addmm", a, b);
+  backend::device_of("addmm", input, a, b);
   KILN_CHECK(input.dtype() == a.dtype(), "addmm", "dtype mismatch: input {} is {} and a {} is {}",
              to_string(input.shape()), name(input.dtype()), to_string(a.shape()), name(a.dtype()));
   KILN_CHECK(a.dim() == 2 && b.dim() == 2, "addmm", "expects 2-D a and b, got a {} and b {}", to_string(a.shape()),
@@ -210,7 +213,7 @@ Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta,
              alpha.to_double(), beta.to_double());
 
   Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
-  cpu::MatmulEpilogue ep;
+  backend::cpu::MatmulEpilogue ep;
   ep.alpha = alpha;
   Tensor row;  // input as a [N] bias row, when it is one
   const bool unit = alpha.to_double() == 1.0 && beta.to_double() == 1.0;
@@ -218,10 +221,10 @@ Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta,
     row = raw_view(input, {N}, {input.strides()[input.dim() - 1]});
     ep.bias = &row;
   } else if (beta.to_double() != 0.0) {
-    cpu::copy(input, out);  // beta * input enters through oneDNN's sum post-op
+    backend::cpu::copy(input, out);  // beta * input enters through oneDNN's sum post-op
     ep.beta = beta;
   }
-  cpu::matmul(a, b, out, ep);
+  backend::cpu::matmul(a, b, out, ep);
 
   if (needs_grad(input, a, b)) {
     record("addmm", {input, a, b}, {out}, {needs_grad(b) ? a : Tensor(), needs_grad(a) ? b : Tensor()},
@@ -255,7 +258,7 @@ Tensor dot(const Tensor& a, const Tensor& b) {
   KILN_CHECK(b.shape()[0] == K, "dot", "sizes differ: a {} and b {}", to_string(a.shape()), to_string(b.shape()));
   // [1, K] @ [K, 1] -> [1, 1], viewed as a 0-dim result.
   Tensor out = Tensor::empty({}, a.dtype(), a.device());
-  cpu::matmul(raw_view(a, {1, K}, {K * a.strides()[0], a.strides()[0]}),
+  backend::cpu::matmul(raw_view(a, {1, K}, {K * a.strides()[0], a.strides()[0]}),
               raw_view(b, {K, 1}, {b.strides()[0], K * b.strides()[0]}), raw_view(out, {1, 1}, {1, 1}));
   if (needs_grad(a, b))
     record("dot", {a, b}, {out}, {needs_grad(b) ? a : Tensor(), needs_grad(a) ? b : Tensor()},

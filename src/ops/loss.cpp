@@ -1,5 +1,5 @@
 // Losses: argument checks, reductions and vjps around the fused kernels in
-// src/ops/cpu/loss.cpp. When grad mode is on during backward (create_graph)
+// src/backend/cpu/nn/loss.cpp. When grad mode is on during backward (create_graph)
 // the vjps compose kiln ops instead, so higher derivatives work.
 #include "kiln/ops/loss.h"
 
@@ -12,8 +12,9 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
+#include "src/backend/backend.h"
+#include "src/backend/cpu/nn/loss.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/loss.h"
 
 namespace kiln {
 
@@ -27,7 +28,7 @@ Tensor nograd(const Tensor& t, DType dtype) {
   return contiguous(to(t, dtype));
 }
 
-Tensor scalar_like(double v, DType dtype) { return full({}, v, {.dtype = dtype}); }
+Tensor scalar_like(double v, DType dtype, Device device) { return full({}, v, {.dtype = dtype, .device = device}); }
 
 // ---- cross-entropy ----
 
@@ -36,6 +37,7 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
   const char* op = "cross_entropy";
   check_defined(op, logits, "logits");
   check_defined(op, targets, "targets");
+  backend::device_of(op, logits, targets, mask, opts.weight);
   KILN_CHECK(is_floating(logits.dtype()), op, "expects floating logits (f32, f64, bf16), got {} {}",
              name(logits.dtype()), to_string(logits.shape()));
   KILN_CHECK(logits.dim() >= 1, op, "logits must have a class dim, got a scalar");
@@ -67,7 +69,7 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
     KILN_CHECK(!needs_grad(opts.weight), op, "no gradient flows to weight; pass weight.detach()");
   }
   Tensor tc = nograd(targets, targets.dtype());
-  if (int64_t bad = cpu::first_bad_target(tc, C, opts.ignore_index); bad >= 0) {
+  if (int64_t bad = backend::cpu::first_bad_target(tc, C, opts.ignore_index); bad >= 0) {
     const int64_t v = tc.dtype() == kI32 ? tc.data<int32_t>()[bad] : tc.data<int64_t>()[bad];
     KILN_FAIL(op, "target {} at flat position {} is out of range for {} classes (expected [0, {}) or ignore_index {})",
               v, bad, C, C, opts.ignore_index);
@@ -94,8 +96,8 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
     weights = contiguous(weights.defined() ? weights * cw : cw);
   }
   const int64_t R = tc.numel();
-  Tensor lse = Tensor::empty({R}, stat_dtype(dt));
-  Tensor rows = opts.reduction == Reduction::None ? Tensor::empty(targets.shape(), dt) : Tensor();
+  Tensor lse = Tensor::empty({R}, stat_dtype(dt), xc.device());
+  Tensor rows = opts.reduction == Reduction::None ? Tensor::empty(targets.shape(), dt, xc.device()) : Tensor();
   // With a backward to come and short rows, the forward keeps the softmax
   // (R x C, as PyTorch's log_softmax keeps its output) so the backward is one
   // multiply-subtract pass: on rows of tens of classes the per-row steps, not
@@ -103,12 +105,12 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
   // only lse and recompute the exps: no second [R, C] tensor held.
   constexpr int64_t kKeepProbsMaxClasses = 1024;
   const bool grad = needs_grad(xc);
-  Tensor probs = grad && C <= kKeepProbsMaxClasses ? Tensor::empty({R, C}, dt) : Tensor();
+  Tensor probs = grad && C <= kKeepProbsMaxClasses ? Tensor::empty({R, C}, dt, xc.device()) : Tensor();
   double total = 0, wsum = 0;
-  cpu::cross_entropy(xc, tc, weights, opts.ignore_index, opts.label_smoothing, lse, probs, rows, &total, &wsum);
+  backend::cpu::cross_entropy(xc, tc, weights, opts.ignore_index, opts.label_smoothing, lse, probs, rows, &total, &wsum);
   // Mean divides by the weight of the counted rows; nothing counted gives 0 (SPECS F2).
   const double scale = opts.reduction == Reduction::Mean ? (wsum > 0 ? 1.0 / wsum : 0.0) : 1.0;
-  Tensor out = opts.reduction == Reduction::None ? rows : scalar_like(total * scale, dt);
+  Tensor out = opts.reduction == Reduction::None ? rows : scalar_like(total * scale, dt, xc.device());
 
   if (grad) {
     const int64_t ignore = opts.ignore_index;
@@ -122,12 +124,12 @@ Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Ten
         // create_graph: (softmax - q) * coef in differentiable ops.
         Tensor ignored = eq(t, ignore);
         Tensor q = to(one_hot(where(ignored, Scalar(0), t), C), x.dtype()) * (1 - s) + s / double(C);
-        Tensor coef = where(ignored, 0.0, w.defined() ? w : ones(t.shape(), {.dtype = x.dtype()}));
+        Tensor coef = where(ignored, 0.0, w.defined() ? w : ones(t.shape(), {.dtype = x.dtype(), .device = x.device()}));
         coef = to(coef, x.dtype()) * (g * scale);
         return {(softmax(x, -1) - q) * unsqueeze(coef, -1)};
       }
-      Tensor gx = Tensor::empty(x.shape(), x.dtype());
-      cpu::cross_entropy_backward(x, t, w, ignore, s, a.saved[3], a.saved[4], contiguous(g), scale, gx);
+      Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
+      backend::cpu::cross_entropy_backward(x, t, w, ignore, s, a.saved[3], a.saved[4], contiguous(g), scale, gx);
       return {gx};
     });
   }
@@ -141,9 +143,9 @@ Tensor reduce(const Tensor& l, Reduction r) {
 }
 
 // dl/dx and dl/dy in differentiable kiln ops (create_graph, and the composite path).
-std::pair<Tensor, Tensor> pointwise_grads(cpu::PointwiseLoss kind, double beta, const Tensor& x, const Tensor& y,
+std::pair<Tensor, Tensor> pointwise_grads(backend::cpu::PointwiseLoss kind, double beta, const Tensor& x, const Tensor& y,
                                           const Tensor& pw) {
-  using K = cpu::PointwiseLoss;
+  using K = backend::cpu::PointwiseLoss;
   Tensor d = x - y;
   switch (kind) {
     case K::mse: return {2.0 * d, -2.0 * d};
@@ -163,11 +165,12 @@ std::pair<Tensor, Tensor> pointwise_grads(cpu::PointwiseLoss kind, double beta, 
   return {};
 }
 
-Tensor pointwise_impl(const char* op, cpu::PointwiseLoss kind, const Tensor& x, const Tensor& y, const Tensor& weight,
+Tensor pointwise_impl(const char* op, backend::cpu::PointwiseLoss kind, const Tensor& x, const Tensor& y, const Tensor& weight,
                       const Tensor& pos_weight, Reduction reduction, double beta) {
-  using K = cpu::PointwiseLoss;
+  using K = backend::cpu::PointwiseLoss;
   check_defined(op, x);
   check_defined(op, y, "target");
+  backend::device_of(op, x, y, weight, pos_weight);
   KILN_CHECK(is_floating(x.dtype()), op, "expects a floating input (f32, f64, bf16), got {} {}", name(x.dtype()),
              to_string(x.shape()));
   KILN_CHECK(y.dtype() == x.dtype(), op, "target has dtype {} but input has dtype {}", name(y.dtype()),
@@ -187,7 +190,7 @@ Tensor pointwise_impl(const char* op, cpu::PointwiseLoss kind, const Tensor& x, 
   KILN_CHECK(beta >= 0 && std::isfinite(beta), op, "beta must be finite and >= 0, got {}", beta);
   Tensor xc = nograd(x, x.dtype()), yc = nograd(y, y.dtype());
   if (kind == K::bce)
-    KILN_CHECK(cpu::all_probabilities(xc), op, "input values must be probabilities in [0, 1] (input {})",
+    KILN_CHECK(backend::cpu::all_probabilities(xc), op, "input values must be probabilities in [0, 1] (input {})",
                to_string(x.shape()));
 
   // A weight that itself needs a gradient: compose kiln ops (rare; no fused kernel).
@@ -205,10 +208,10 @@ Tensor pointwise_impl(const char* op, cpu::PointwiseLoss kind, const Tensor& x, 
     if (pos_weight.defined()) pc = contiguous(expand(pos_weight, x.shape()));
   }
   const int64_t n = x.numel();
-  Tensor out = reduction == Reduction::None ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
-  const double total = cpu::pointwise_loss(kind, beta, xc, yc, wc, pc, out);
+  Tensor out = reduction == Reduction::None ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
+  const double total = backend::cpu::pointwise_loss(kind, beta, xc, yc, wc, pc, out);
   const double scale = reduction == Reduction::Mean ? 1.0 / double(n) : 1.0;  // n == 0: NaN, as PyTorch
-  if (reduction != Reduction::None) out = scalar_like(total * scale, x.dtype());
+  if (reduction != Reduction::None) out = scalar_like(total * scale, x.dtype(), x.device());
 
   if (needs_grad(x, y)) {
     record(op, {x, y}, {out}, {xc, yc, wc, pc}, [kind, beta, scale](const VjpArgs& a) -> Grads {
@@ -219,9 +222,9 @@ Tensor pointwise_impl(const char* op, cpu::PointwiseLoss kind, const Tensor& x, 
         if (w.defined()) k = k * w;
         return {a.needs(0) ? k * dx : Tensor(), a.needs(1) ? k * dy : Tensor()};
       }
-      Tensor gx = a.needs(0) ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
-      Tensor gy = a.needs(1) ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
-      cpu::pointwise_loss_backward(kind, beta, x, y, w, pw, contiguous(a.grad()), scale, gx, gy);
+      Tensor gx = a.needs(0) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
+      Tensor gy = a.needs(1) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
+      backend::cpu::pointwise_loss_backward(kind, beta, x, y, w, pw, contiguous(a.grad()), scale, gx, gy);
       return {gx, gy};
     });
   }
@@ -242,25 +245,25 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& 
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& weight,
                                         const Tensor& pos_weight, Reduction reduction) {
-  return pointwise_impl("binary_cross_entropy_with_logits", cpu::PointwiseLoss::bce_with_logits, logits, targets,
+  return pointwise_impl("binary_cross_entropy_with_logits", backend::cpu::PointwiseLoss::bce_with_logits, logits, targets,
                         weight, pos_weight, reduction, 0.0);
 }
 
 Tensor binary_cross_entropy(const Tensor& probs, const Tensor& targets, const Tensor& weight, Reduction reduction) {
-  return pointwise_impl("binary_cross_entropy", cpu::PointwiseLoss::bce, probs, targets, weight, Tensor(), reduction,
+  return pointwise_impl("binary_cross_entropy", backend::cpu::PointwiseLoss::bce, probs, targets, weight, Tensor(), reduction,
                         0.0);
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  return pointwise_impl("mse_loss", cpu::PointwiseLoss::mse, input, target, Tensor(), Tensor(), reduction, 0.0);
+  return pointwise_impl("mse_loss", backend::cpu::PointwiseLoss::mse, input, target, Tensor(), Tensor(), reduction, 0.0);
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  return pointwise_impl("l1_loss", cpu::PointwiseLoss::l1, input, target, Tensor(), Tensor(), reduction, 0.0);
+  return pointwise_impl("l1_loss", backend::cpu::PointwiseLoss::l1, input, target, Tensor(), Tensor(), reduction, 0.0);
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
-  return pointwise_impl("smooth_l1_loss", cpu::PointwiseLoss::smooth_l1, input, target, Tensor(), Tensor(), reduction,
+  return pointwise_impl("smooth_l1_loss", backend::cpu::PointwiseLoss::smooth_l1, input, target, Tensor(), Tensor(), reduction,
                         beta);
 }
 

@@ -1,5 +1,5 @@
 // layer_norm, rms_norm and batch_norm: argument checks, the fused CPU kernels
-// (src/ops/cpu/norm.cpp) and their vjps. The vjps run the fused backward
+// (src/backend/cpu/nn/norm.cpp) and their vjps. The vjps run the fused backward
 // kernel; when grad mode is on during backward (create_graph), they instead
 // compose kiln ops that recompute the statistics from x, so higher
 // derivatives are exact.
@@ -13,8 +13,9 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
+#include "src/backend/backend.h"
+#include "src/backend/cpu/nn/norm.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/norm.h"
 
 namespace kiln {
 
@@ -52,6 +53,7 @@ void check_param(const char* op, const char* what, const Tensor& p, const Shape&
 Tensor layer_norm_impl(const char* op, const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                        const Tensor& bias, double eps, bool rms) {
   check_defined(op, x);
+  backend::device_of(op, x, weight, bias);
   KILN_CHECK(is_floating(x.dtype()), op, "expects a floating input (f32, f64, bf16), got {} {}", name(x.dtype()),
              to_string(x.shape()));
   const int64_t k = int64_t(normalized_shape.size());
@@ -69,10 +71,10 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Shape& normalized_
   const int64_t M = x.numel() / N;
   const DType sd = stat_dtype(x.dtype());
   Tensor xc = contiguous_nograd(x), wc = contiguous_nograd(weight), bc = contiguous_nograd(bias);
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  Tensor mean = rms ? Tensor() : Tensor::empty({M}, sd);
-  Tensor rstd = Tensor::empty({M}, sd);
-  cpu::layer_norm(xc, wc, bc, eps, rms, out, mean, rstd);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor mean = rms ? Tensor() : Tensor::empty({M}, sd, x.device());
+  Tensor rstd = Tensor::empty({M}, sd, x.device());
+  backend::cpu::layer_norm(xc, wc, bc, eps, rms, out, mean, rstd);
 
   if (needs_grad(x, weight, bias)) {
     record(op, {x, weight, bias}, {out}, {x, weight, mean, rstd}, [rms, eps, k, norm_shape = normalized_shape](const VjpArgs& a) -> Grads {
@@ -91,10 +93,10 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Shape& normalized_
         return {a.needs(0) ? r * inner : Tensor(), a.needs(1) ? sum_over(g * xhat, lead_dims) : Tensor(),
                 a.needs(2) ? sum_over(g, lead_dims) : Tensor()};
       }
-      Tensor gx = a.needs(0) ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
-      Tensor gw = a.needs(1) ? Tensor::empty(w.shape(), w.dtype()) : Tensor();
-      Tensor gb = a.needs(2) ? Tensor::empty(norm_shape, x.dtype()) : Tensor();
-      cpu::layer_norm_backward(contiguous(g), contiguous(x), w.defined() ? contiguous(w) : w, a.saved[2],
+      Tensor gx = a.needs(0) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
+      Tensor gw = a.needs(1) ? Tensor::empty(w.shape(), w.dtype(), w.device()) : Tensor();
+      Tensor gb = a.needs(2) ? Tensor::empty(norm_shape, x.dtype(), x.device()) : Tensor();
+      backend::cpu::layer_norm_backward(contiguous(g), contiguous(x), w.defined() ? contiguous(w) : w, a.saved[2],
                                a.saved[3], rms, gx, gw, gb);
       return {gx, gw, gb};
     });
@@ -119,6 +121,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& bias, bool training, BatchNormOptions opts) {
   const char* op = "batch_norm";
   check_defined(op, x);
+  backend::device_of(op, x, running_mean, running_var, weight, bias);
   KILN_CHECK(is_floating(x.dtype()), op, "expects a floating input (f32, f64, bf16), got {} {}", name(x.dtype()),
              to_string(x.shape()));
   KILN_CHECK(x.dim() >= 2, op, "expects input [B, C], [B, C, L] or [B, C, H, W], got {}", to_string(x.shape()));
@@ -146,9 +149,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   {
     NoGradGuard no_grad;
     if (training) {
-      mean = Tensor::empty({C}, sd);
-      Tensor var = Tensor::empty({C}, sd);
-      cpu::batch_norm_stats(xc, mean, var);
+      mean = Tensor::empty({C}, sd, x.device());
+      Tensor var = Tensor::empty({C}, sd, x.device());
+      backend::cpu::batch_norm_stats(xc, mean, var);
       invstd = rsqrt(add(var, opts.eps));
       if (running_mean.defined()) {
         // running = (1 - m) * running + m * batch (SPECS L8: biased variance unless asked).
@@ -162,8 +165,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       invstd = rsqrt(add(to(running_var, sd), opts.eps));
     }
   }
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  cpu::batch_norm_apply(xc, mean, invstd, contiguous_nograd(weight), contiguous_nograd(bias), out);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  backend::cpu::batch_norm_apply(xc, mean, invstd, contiguous_nograd(weight), contiguous_nograd(bias), out);
 
   if (needs_grad(x, weight, bias)) {
     const double eps = opts.eps;
@@ -192,10 +195,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
         return {a.needs(0) ? gx : Tensor(), a.needs(1) ? sum(g * xhat, dims) : Tensor(),
                 a.needs(2) ? sum(g, dims) : Tensor()};
       }
-      Tensor gx = a.needs(0) ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
-      Tensor gw = a.needs(1) ? Tensor::empty({C}, x.dtype()) : Tensor();
-      Tensor gb = a.needs(2) ? Tensor::empty({C}, x.dtype()) : Tensor();
-      cpu::batch_norm_backward(contiguous(g), contiguous(x), a.saved[2], a.saved[3],
+      Tensor gx = a.needs(0) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
+      Tensor gw = a.needs(1) ? Tensor::empty({C}, x.dtype(), x.device()) : Tensor();
+      Tensor gb = a.needs(2) ? Tensor::empty({C}, x.dtype(), x.device()) : Tensor();
+      backend::cpu::batch_norm_backward(contiguous(g), contiguous(x), a.saved[2], a.saved[3],
                                w.defined() ? contiguous(w) : w, training, gx, gw, gb);
       return {gx, gw, gb};
     });

@@ -10,15 +10,15 @@
 #include "kiln/ops/index.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
+#include "src/backend/cpu/nn/pool.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/pool.h"
 
 namespace kiln {
 
 namespace {
 
-using cpu::AvgWindows;
-using cpu::MaxPoolGeom;
+using backend::cpu::AvgWindows;
+using backend::cpu::MaxPoolGeom;
 
 using Pair = std::array<int64_t, 2>;
 
@@ -91,15 +91,15 @@ Pair check_pool(const char* op, int nsp, const Tensor& x, const Lifted& l, PoolA
 // ---- max ----
 
 // Where each window's maximum is: i64 plane indices, or for 2x2 windows
-// with stride 2 the one-byte taps of NOTE [2x2 max pooling] (src/ops/cpu/pool.h).
+// with stride 2 the one-byte taps of NOTE [2x2 max pooling] (src/backend/cpu/nn/pool.h).
 struct Argmax {
   MaxPoolGeom g;
   Tensor indices;  // [B, C, OH, OW] i64, or undefined when taps is set
   Tensor taps;     // [B, C, OH, OW] u8
   Tensor plane_indices() const {
     if (indices.defined()) return indices;
-    Tensor idx = Tensor::empty(taps.shape(), kI64);
-    cpu::max_pool2d_2x2_indices(g, taps, idx);
+    Tensor idx = Tensor::empty(taps.shape(), kI64, taps.device());
+    backend::cpu::max_pool2d_2x2_indices(g, taps, idx);
     return idx;
   }
 };
@@ -115,14 +115,14 @@ std::pair<Tensor, Tensor> max_pool_any(const char* op, int nsp, const Tensor& x,
   const Shape& s4 = l.x4.shape();
   MaxPoolGeom g{s4[0] * s4[1], s4[2], s4[3], out[0], out[1], a.k[0], a.k[1], a.s[0],
                 a.s[1],        a.p[0], a.p[1], a.d[0], a.d[1]};
-  Tensor values = Tensor::empty({s4[0], s4[1], out[0], out[1]}, x.dtype());
+  Tensor values = Tensor::empty({s4[0], s4[1], out[0], out[1]}, x.dtype(), x.device());
   Argmax am{g, {}, {}};
-  if (cpu::is_max_pool_2x2(g)) {
-    am.taps = Tensor::empty({s4[0], s4[1], out[0], out[1]}, kU8);
-    cpu::max_pool2d_2x2(g, l.x4, values, am.taps);
+  if (backend::cpu::is_max_pool_2x2(g)) {
+    am.taps = Tensor::empty({s4[0], s4[1], out[0], out[1]}, kU8, x.device());
+    backend::cpu::max_pool2d_2x2(g, l.x4, values, am.taps);
   } else {
-    am.indices = Tensor::empty({s4[0], s4[1], out[0], out[1]}, kI64);
-    cpu::max_pool2d(g, l.x4, values, am.indices);
+    am.indices = Tensor::empty({s4[0], s4[1], out[0], out[1]}, kI64, x.device());
+    backend::cpu::max_pool2d(g, l.x4, values, am.indices);
   }
   if (needs_grad(l.x4))
     record(op, {l.x4}, {values}, {}, [op, am, in_shape = s4](const VjpArgs& v) -> Grads {
@@ -133,9 +133,9 @@ std::pair<Tensor, Tensor> max_pool_any(const char* op, int nsp, const Tensor& x,
 }
 
 Tensor max_pool_backward(const char* op, const Argmax& am, const Shape& in_shape, const Tensor& gy) {
-  Tensor gx = Tensor::empty(in_shape, gy.dtype());
-  if (am.taps.defined()) cpu::max_pool2d_2x2_backward(am.g, gy, am.taps, gx);
-  else cpu::max_pool2d_backward(am.g, gy, am.indices, gx);
+  Tensor gx = Tensor::empty(in_shape, gy.dtype(), gy.device());
+  if (am.taps.defined()) backend::cpu::max_pool2d_2x2_backward(am.g, gy, am.taps, gx);
+  else backend::cpu::max_pool2d_backward(am.g, gy, am.indices, gx);
   if (needs_grad(gy))
     // Linear in gy: its adjoint reads the incoming gradient at each argmax.
     record(op, {gy}, {gx}, {}, [indices = am.plane_indices(), out_shape = gy.shape()](const VjpArgs& v) -> Grads {
@@ -172,8 +172,8 @@ Tensor avg_backward(const char* op, const std::shared_ptr<const AvgWindows>& w, 
 
 Tensor avg_forward(const char* op, const std::shared_ptr<const AvgWindows>& w, const Tensor& x4) {
   const Shape& s4 = x4.shape();
-  Tensor out = Tensor::empty({s4[0], s4[1], w->OH(), w->OW()}, x4.dtype());
-  cpu::avg_pool2d(*w, x4, out);
+  Tensor out = Tensor::empty({s4[0], s4[1], w->OH(), w->OW()}, x4.dtype(), x4.device());
+  backend::cpu::avg_pool2d(*w, x4, out);
   if (needs_grad(x4))
     record(op, {x4}, {out}, {}, [op, w, in_shape = s4](const VjpArgs& v) -> Grads {
       return {avg_backward(op, w, in_shape, v.grad())};
@@ -183,8 +183,8 @@ Tensor avg_forward(const char* op, const std::shared_ptr<const AvgWindows>& w, c
 
 Tensor avg_backward(const char* op, const std::shared_ptr<const AvgWindows>& w, const Shape& in_shape,
                     const Tensor& gy) {
-  Tensor gx = Tensor::empty(in_shape, gy.dtype());
-  cpu::avg_pool2d_backward(*w, gy, gx);
+  Tensor gx = Tensor::empty(in_shape, gy.dtype(), gy.device());
+  backend::cpu::avg_pool2d_backward(*w, gy, gx);
   if (needs_grad(gy))
     record(op, {gy}, {gx}, {}, [op, w](const VjpArgs& v) -> Grads { return {avg_forward(op, w, v.grad())}; });
   return gx;

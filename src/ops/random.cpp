@@ -1,16 +1,17 @@
 // Random tensors: argument checks, generator bookkeeping (each draw reserves
 // its Philox blocks up front, so the generator's offset says exactly what was
-// consumed), and the in-place fills. Kernels: src/ops/cpu/random.cpp.
+// consumed), and the in-place fills. Kernels: src/backend/cpu/random/random.cpp.
 #include "kiln/ops/random.h"
 
 #include <cmath>
 #include <limits>
 
+#include "kiln/core/backends.h"
 #include "kiln/core/size_check.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
-#include "src/ops/cpu/copy.h"
-#include "src/ops/cpu/random.h"
+#include "src/backend/cpu/copy/copy.h"
+#include "src/backend/cpu/random/random.h"
 
 namespace kiln {
 
@@ -31,6 +32,7 @@ Tensor finish(Tensor t, const TensorOptions& opts) {
 // itself when contiguous, else a contiguous scratch copied back by commit().
 Tensor fill_target(const char* op, const Tensor& x) {
   KILN_CHECK(x.defined(), op, "undefined tensor");
+  check_device(op, x.device());
   check_floating(op, x.dtype());
   for (int64_t d = 0; d < x.dim(); ++d)
     KILN_CHECK(x.stride(d) != 0 || x.size(d) <= 1, op,
@@ -43,7 +45,7 @@ Tensor fill_target(const char* op, const Tensor& x) {
 // Writes the scratch back, bumps the version and, when x is in the graph,
 // records that its old value no longer matters (zero gradient).
 void commit(const char* op, const Tensor& x, const Tensor& target) {
-  if (!target.is_same(x)) cpu::copy(target, x);
+  if (!target.is_same(x)) backend::cpu::copy(target, x);
   x.storage()->bump_version();
   if (needs_grad(x))
     record(op, {x}, {x}, {}, [](const VjpArgs& a) -> Grads { return {zeros_like(a.grad())}; });
@@ -65,8 +67,8 @@ Tensor rand(const Shape& shape, Generator& gen, TensorOptions opts) {
   check_shape("rand", shape);
   check_floating("rand", opts.dtype);
   Tensor out = empty_for("rand", shape, opts.dtype, opts.device);
-  uint64_t first = gen.advance(cpu::blocks_for(cpu::uniform_words(opts.dtype, out.numel())));
-  cpu::uniform(out, 0.0, 1.0, gen.seed(), first);
+  uint64_t first = gen.advance(backend::cpu::blocks_for(backend::cpu::uniform_words(opts.dtype, out.numel())));
+  backend::cpu::uniform(out, 0.0, 1.0, gen.seed(), first);
   return finish(out, opts);
 }
 
@@ -74,8 +76,8 @@ Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts) {
   check_shape("randn", shape);
   check_floating("randn", opts.dtype);
   Tensor out = empty_for("randn", shape, opts.dtype, opts.device);
-  uint64_t first = gen.advance(cpu::blocks_for(cpu::normal_words(opts.dtype, out.numel())));
-  cpu::normal(out, 0.0, 1.0, gen.seed(), first);
+  uint64_t first = gen.advance(backend::cpu::blocks_for(backend::cpu::normal_words(opts.dtype, out.numel())));
+  backend::cpu::normal(out, 0.0, 1.0, gen.seed(), first);
   return finish(out, opts);
 }
 
@@ -88,13 +90,14 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, Te
              "range [{}, {}) does not fit dtype {} ([{}, {}])", low, high, name(opts.dtype), lo, hi);
   Tensor out = empty_for("randint", shape, opts.dtype, opts.device);
   uint64_t range = uint64_t(high) - uint64_t(low);
-  uint64_t first = gen.advance(cpu::blocks_for(cpu::randint_words(range, out.numel())));
-  cpu::randint(out, low, range, gen.seed(), first);
+  uint64_t first = gen.advance(backend::cpu::blocks_for(backend::cpu::randint_words(range, out.numel())));
+  backend::cpu::randint(out, low, range, gen.seed(), first);
   return finish(out, opts);
 }
 
 Tensor bernoulli(const Tensor& p, Generator& gen) {
   KILN_CHECK(p.defined(), "bernoulli", "p is undefined");
+  check_device("bernoulli", p.device());
   KILN_CHECK(is_floating(p.dtype()), "bernoulli",
              "p of shape {} has dtype {}; expected a floating-point tensor of probabilities", to_string(p.shape()),
              name(p.dtype()));
@@ -105,8 +108,8 @@ Tensor bernoulli(const Tensor& p, Generator& gen) {
   }
   Tensor out = Tensor::empty(p.shape(), p.dtype(), p.device());
   const GeneratorState before = gen.state();
-  uint64_t first = gen.advance(cpu::blocks_for(out.numel()));
-  if (!cpu::bernoulli(out, probs, gen.seed(), first)) {
+  uint64_t first = gen.advance(backend::cpu::blocks_for(out.numel()));
+  if (!backend::cpu::bernoulli(out, probs, gen.seed(), first)) {
     gen.set_state(before);  // a failed call consumes nothing
     KILN_FAIL("bernoulli", "p of shape {} holds values outside [0, 1] (or NaN)", to_string(p.shape()));
   }
@@ -117,16 +120,16 @@ Tensor bernoulli(const Shape& shape, double p, Generator& gen, TensorOptions opt
   check_shape("bernoulli", shape);
   KILN_CHECK(p >= 0.0 && p <= 1.0, "bernoulli", "p must be in [0, 1], got {}", p);
   Tensor out = empty_for("bernoulli", shape, opts.dtype, opts.device);
-  uint64_t first = gen.advance(cpu::blocks_for(out.numel()));
-  cpu::bernoulli(out, p, gen.seed(), first);
+  uint64_t first = gen.advance(backend::cpu::blocks_for(out.numel()));
+  backend::cpu::bernoulli(out, p, gen.seed(), first);
   return finish(out, opts);
 }
 
 Tensor randperm(int64_t n, Generator& gen) {
   KILN_CHECK(n >= 0, "randperm", "n must be non-negative, got {}", n);
   Tensor out = empty_for("randperm", {n}, kI64);
-  uint64_t first = gen.advance(cpu::blocks_for(cpu::randperm_words(n)));
-  cpu::randperm(out, gen.seed(), first);
+  uint64_t first = gen.advance(backend::cpu::blocks_for(backend::cpu::randperm_words(n)));
+  backend::cpu::randperm(out, gen.seed(), first);
   return out;
 }
 
@@ -134,8 +137,8 @@ Tensor uniform_(const Tensor& x, double low, double high, Generator& gen) {
   KILN_CHECK(std::isfinite(low) && std::isfinite(high) && low <= high, "uniform_",
              "expects finite low <= high, got low {} and high {}", low, high);
   Tensor target = fill_target("uniform_", x);
-  uint64_t first = gen.advance(cpu::blocks_for(cpu::uniform_words(x.dtype(), x.numel())));
-  cpu::uniform(target, low, high, gen.seed(), first);
+  uint64_t first = gen.advance(backend::cpu::blocks_for(backend::cpu::uniform_words(x.dtype(), x.numel())));
+  backend::cpu::uniform(target, low, high, gen.seed(), first);
   commit("uniform_", x, target);
   return x;
 }
@@ -144,8 +147,8 @@ Tensor normal_(const Tensor& x, double mean, double std, Generator& gen) {
   KILN_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0.0, "normal_",
              "expects a finite mean and a finite std >= 0, got mean {} and std {}", mean, std);
   Tensor target = fill_target("normal_", x);
-  uint64_t first = gen.advance(cpu::blocks_for(cpu::normal_words(x.dtype(), x.numel())));
-  cpu::normal(target, mean, std, gen.seed(), first);
+  uint64_t first = gen.advance(backend::cpu::blocks_for(backend::cpu::normal_words(x.dtype(), x.numel())));
+  backend::cpu::normal(target, mean, std, gen.seed(), first);
   commit("normal_", x, target);
   return x;
 }

@@ -13,8 +13,8 @@
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
+#include "src/backend/cpu/reduce/reduce.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/reduce.h"
 
 namespace kiln {
 
@@ -82,8 +82,8 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim, DType dtype) {
   DType native = is_floating(dtype) ? dtype : kI64;
   Tensor src = x;
   if (sum_dtype(x.dtype()) != native) src = to(x, native);
-  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), native);
-  cpu::sum(src, out, rd);
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), native, x.device());
+  backend::cpu::sum(src, out, rd);
   if (needs_grad(src))
     record("sum", {src}, {out}, {}, [in = x.shape(), rd](const VjpArgs& a) -> Grads {
       return {expand_back(a.grad(), in, rd)};
@@ -106,9 +106,9 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
              name(x.dtype()));
   Shape rd = reduce_dims("mean", x, dims);
   const int64_t n = reduced_numel(x, rd);
-  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype());
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype(), x.device());
   // mean of nothing is NaN (0 / 0), as in PyTorch.
-  cpu::sum(x, out, rd, n == 0 ? std::numeric_limits<double>::quiet_NaN() : 1.0 / double(n));
+  backend::cpu::sum(x, out, rd, n == 0 ? std::numeric_limits<double>::quiet_NaN() : 1.0 / double(n));
   if (needs_grad(x))
     record("mean", {x}, {out}, {}, [in = x.shape(), rd, n](const VjpArgs& a) -> Grads {
       return {mul(expand_back(a.grad(), in, rd), n == 0 ? 0.0 : 1.0 / double(n))};
@@ -140,8 +140,8 @@ Tensor prod(const Tensor& x, int64_t dim, bool keepdim) {
   check_defined("prod", x);
   int64_t d = wrap_dim("prod", dim, x.dim());
   Shape rd = x.dim() == 0 ? Shape{} : Shape{d};
-  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), sum_dtype(x.dtype()));
-  cpu::prod(x, out, rd);
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), sum_dtype(x.dtype()), x.device());
+  backend::cpu::prod(x, out, rd);
   if (needs_grad(x))
     record("prod", {x}, {out}, {x, out}, [rd, keepdim](const VjpArgs& a) -> Grads {
       const Tensor& x = a.saved[0];
@@ -172,7 +172,7 @@ Tensor pick_backward(const Tensor& g, const Tensor& idx, const Shape& in, int64_
   if (in.empty()) return g;
   Shape ashape = Shape::filled(in.size(), 1);
   ashape[size_t(dim)] = in[size_t(dim)];
-  Tensor pos = reshape(arange(0, in[size_t(dim)], 1, {.dtype = kI64}), ashape);
+  Tensor pos = reshape(arange(0, in[size_t(dim)], 1, {.dtype = kI64, .device = g.device()}), ashape);
   return where(eq(pos, idx), g, 0.0);
 }
 
@@ -183,10 +183,10 @@ std::pair<Tensor, Tensor> max_min_dim(const char* op, const Tensor& x, int64_t d
   check_nonempty_dim(op, x, d);
   Shape rd = x.dim() == 0 ? Shape{} : Shape{d};
   Shape kshape = reduced_shape(x.shape(), rd, true);
-  Tensor values = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype());
-  Tensor indices = Tensor::empty(values.shape(), kI64);
-  if (Max) cpu::max_dim(x, d, values, indices);
-  else cpu::min_dim(x, d, values, indices);
+  Tensor values = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype(), x.device());
+  Tensor indices = Tensor::empty(values.shape(), kI64, x.device());
+  if (Max) backend::cpu::max_dim(x, d, values, indices);
+  else backend::cpu::min_dim(x, d, values, indices);
   if (needs_grad(x))
     record(op, {x}, {values}, {indices}, [in = x.shape(), kshape, d](const VjpArgs& a) -> Grads {
       return {pick_backward(reshape(a.grad(), kshape), reshape(a.saved[0], kshape), in, d)};
@@ -211,9 +211,9 @@ Tensor arg_dim(const char* op, const Tensor& x, int64_t dim, bool keepdim) {
   int64_t d = wrap_dim(op, dim, x.dim());
   check_nonempty_dim(op, x, d);
   Shape rd = x.dim() == 0 ? Shape{} : Shape{d};
-  Tensor indices = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), kI64);
-  if (Max) cpu::max_dim(x, d, Tensor(), indices);
-  else cpu::min_dim(x, d, Tensor(), indices);
+  Tensor indices = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), kI64, x.device());
+  if (Max) backend::cpu::max_dim(x, d, Tensor(), indices);
+  else backend::cpu::min_dim(x, d, Tensor(), indices);
   return indices;
 }
 
@@ -241,9 +241,9 @@ Tensor amax_amin(const char* op, const Tensor& x, const Shape& dims, bool keepdi
   check_defined(op, x);
   Shape rd = reduce_dims(op, x, dims);
   for (int64_t d : rd) check_nonempty_dim(op, x, d);
-  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype());
-  if (Max) cpu::amax(x, out, rd);
-  else cpu::amin(x, out, rd);
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype(), x.device());
+  if (Max) backend::cpu::amax(x, out, rd);
+  else backend::cpu::amin(x, out, rd);
   if (needs_grad(x))
     record(op, {x}, {out}, {x, out}, [rd](const VjpArgs& a) -> Grads {
       // Shared evenly among the elements equal to the extreme (the NaNs when it is NaN).
@@ -380,8 +380,8 @@ Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
   Shape rd = reduce_dims("norm", x, dims);
   if (std::isinf(p) && p < 0)  // min |x| has no identity
     for (int64_t d : rd) check_nonempty_dim("norm", x, d);
-  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype());
-  cpu::norm(x, out, rd, p);
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype(), x.device());
+  backend::cpu::norm(x, out, rd, p);
   if (needs_grad(x))
     record("norm", {x}, {out}, {x, out}, [rd, p](const VjpArgs& a) -> Grads {
       return {norm_backward(a.grad(), a.saved[0], a.saved[1], rd, p)};
@@ -398,9 +398,9 @@ Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
   Tensor xf = is_floating(x.dtype()) ? x : to(x, kF32);
   Shape rd = reduce_dims("logsumexp", xf, dims);
   Shape out_shape = reduced_shape(x.shape(), rd, keepdim);
-  Tensor out = Tensor::empty(out_shape, xf.dtype());
+  Tensor out = Tensor::empty(out_shape, xf.dtype(), xf.device());
   if (rd.size() <= 1) {
-    cpu::logsumexp(xf, rd.empty() ? 0 : rd[0], out);
+    backend::cpu::logsumexp(xf, rd.empty() ? 0 : rd[0], out);
   } else {
     // Several dims: move them last and flatten them into one.
     Shape perm;
@@ -410,7 +410,7 @@ Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
     }
     for (int64_t d : rd) perm.push_back(d);
     Tensor flat = reshape(permute(xf.detach(), perm), {-1, reduced_numel(xf, rd)});
-    cpu::logsumexp(flat, 1, out);
+    backend::cpu::logsumexp(flat, 1, out);
   }
   if (needs_grad(xf))
     record("logsumexp", {xf}, {out}, {xf, out}, [rd](const VjpArgs& a) -> Grads {
@@ -427,9 +427,9 @@ namespace {
 
 template <bool And>
 Tensor truth(const char* op, const Tensor& x, const Shape& rd, bool keepdim) {
-  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), kBool);
-  if (And) cpu::all(x, out, rd);
-  else cpu::any(x, out, rd);
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), kBool, x.device());
+  if (And) backend::cpu::all(x, out, rd);
+  else backend::cpu::any(x, out, rd);
   return x.dtype() == kU8 ? to(out, kU8) : out;  // PyTorch keeps u8 for u8 input
 }
 
@@ -457,8 +457,8 @@ Tensor any(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor cumsum(const Tensor& x, int64_t dim) {
   check_defined("cumsum", x);
   int64_t d = wrap_dim("cumsum", dim, x.dim());
-  Tensor out = Tensor::empty(x.shape(), sum_dtype(x.dtype()));
-  cpu::cumsum(x, d, out);
+  Tensor out = Tensor::empty(x.shape(), sum_dtype(x.dtype()), x.device());
+  backend::cpu::cumsum(x, d, out);
   if (needs_grad(x))
     record("cumsum", {x}, {out}, {}, [d](const VjpArgs& a) -> Grads {
       // Reverse running sum: sum over j >= i of g_j.

@@ -10,15 +10,15 @@
 
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
+#include "src/backend/cpu/copy/resize.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/resize.h"
 
 namespace kiln {
 
 namespace {
 
-using cpu::ResizeAxis;
-using cpu::ResizeGeom;
+using backend::cpu::ResizeAxis;
+using backend::cpu::ResizeGeom;
 using Geom = std::shared_ptr<const ResizeGeom>;
 
 const char* mode_name(InterpolateMode m) {
@@ -42,16 +42,16 @@ ResizeAxis make_axis(bool linear, int64_t in, int64_t out, bool align_corners, d
     const size_t u = size_t(o);
     int64_t j[4];
     if (linear) {
-      cpu::linear_source<float>(o, in, out, align_corners, scale, j[0], j[1], a.l0f[u], a.l1f[u]);
-      cpu::linear_source<double>(o, in, out, align_corners, scale, j[2], j[3], a.l0d[u], a.l1d[u]);
+      backend::cpu::linear_source<float>(o, in, out, align_corners, scale, j[0], j[1], a.l0f[u], a.l1f[u]);
+      backend::cpu::linear_source<double>(o, in, out, align_corners, scale, j[2], j[3], a.l0d[u], a.l1d[u]);
     } else {
-      j[0] = j[1] = j[2] = j[3] = cpu::nearest_source(o, in, out, scale);
+      j[0] = j[1] = j[2] = j[3] = backend::cpu::nearest_source(o, in, out, scale);
       a.l0f[u] = 1, a.l1f[u] = 0, a.l0d[u] = 1, a.l1d[u] = 0;
     }
     a.i0f[u] = int32_t(j[0]), a.i1f[u] = int32_t(j[1]), a.i0d[u] = int32_t(j[2]), a.i1d[u] = int32_t(j[3]);
   }
-  a.adjf = cpu::make_adjoint(in, out, !linear, a.i0f.data(), a.i1f.data(), a.l0f.data(), a.l1f.data());
-  a.adjd = cpu::make_adjoint(in, out, !linear, a.i0d.data(), a.i1d.data(), a.l0d.data(), a.l1d.data());
+  a.adjf = backend::cpu::make_adjoint(in, out, !linear, a.i0f.data(), a.i1f.data(), a.l0f.data(), a.l1f.data());
+  a.adjd = backend::cpu::make_adjoint(in, out, !linear, a.i0d.data(), a.i1d.data(), a.l0d.data(), a.l1d.data());
   return a;
 }
 
@@ -60,8 +60,8 @@ Tensor resize_backward(const Geom& g, const Shape& in_shape, const Tensor& gy);
 // x4 [B, C, H, W] -> [B, C, OH, OW].
 Tensor resize_forward(const Geom& g, const Tensor& x4) {
   const Shape& s = x4.shape();
-  Tensor out = Tensor::empty({s[0], s[1], g->h.out(), g->w.out()}, x4.dtype());
-  cpu::resize2d(*g, x4, out);
+  Tensor out = Tensor::empty({s[0], s[1], g->h.out(), g->w.out()}, x4.dtype(), x4.device());
+  backend::cpu::resize2d(*g, x4, out);
   if (needs_grad(x4))
     record("interpolate", {x4}, {out}, {}, [g, in_shape = s](const VjpArgs& v) -> Grads {
       return {resize_backward(g, in_shape, v.grad())};
@@ -70,8 +70,8 @@ Tensor resize_forward(const Geom& g, const Tensor& x4) {
 }
 
 Tensor resize_backward(const Geom& g, const Shape& in_shape, const Tensor& gy) {
-  Tensor gx = Tensor::empty(in_shape, gy.dtype());
-  cpu::resize2d_backward(*g, gy, gx);
+  Tensor gx = Tensor::empty(in_shape, gy.dtype(), gy.device());
+  backend::cpu::resize2d_backward(*g, gy, gx);
   if (needs_grad(gy))
     record("interpolate_backward", {gy}, {gx}, {}, [g](const VjpArgs& v) -> Grads { return {resize_forward(g, v.grad())}; });
   return gx;

@@ -1,5 +1,5 @@
 // lstm_cell_pointwise and gru_cell_pointwise: argument checks, the fused CPU
-// kernels (src/ops/cpu/rnn.cpp) and their vjps. A vjp runs the fused backward
+// kernels (src/backend/cpu/nn/rnn.cpp) and their vjps. A vjp runs the fused backward
 // kernel; when grad mode is on during backward (create_graph) it writes the
 // same formulas with kiln ops, recomputing the activations from the saved
 // pre-activations, so higher derivatives stay exact.
@@ -14,10 +14,11 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
+#include "src/backend/backend.h"
+#include "src/backend/cpu/copy/copy.h"
+#include "src/backend/cpu/linalg/matmul.h"
+#include "src/backend/cpu/nn/rnn.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/copy.h"
-#include "src/ops/cpu/matmul.h"
-#include "src/ops/cpu/rnn.h"
 
 namespace kiln {
 
@@ -68,9 +69,9 @@ std::pair<Tensor, Tensor> lstm_cell_pointwise(const Tensor& gates, const Tensor&
   const char* op = "lstm_cell_pointwise";
   check_cell(op, "gates", gates, 4, "c", c);
   Tensor gc = contiguous_nograd(gates), cc = contiguous_nograd(c);
-  Tensor h_new = Tensor::empty(c.shape(), c.dtype());
-  Tensor c_new = Tensor::empty(c.shape(), c.dtype());
-  cpu::lstm_cell(gc, cc, h_new, c_new);
+  Tensor h_new = Tensor::empty(c.shape(), c.dtype(), c.device());
+  Tensor c_new = Tensor::empty(c.shape(), c.dtype(), c.device());
+  backend::cpu::lstm_cell(gc, cc, h_new, c_new);
   if (needs_grad(gates, c)) {
     // Saves the inputs (the gates are the recurrent GEMM's output, alive
     // anyway) and c_new; the activations are recomputed in backward.
@@ -81,9 +82,9 @@ std::pair<Tensor, Tensor> lstm_cell_pointwise(const Tensor& gates, const Tensor&
         auto [dgates, dc] = lstm_cell_vjp_composed(gates, c, dh, dc_new, a.needs(0));
         return {dgates, a.needs(1) ? dc : Tensor()};
       }
-      Tensor dgates = a.needs(0) ? Tensor::empty(gates.shape(), gates.dtype()) : Tensor();
-      Tensor dc = a.needs(1) ? Tensor::empty(c.shape(), c.dtype()) : Tensor();
-      cpu::lstm_cell_backward(contiguous(gates), contiguous(c), contiguous(c_new), contiguous(dh), contiguous(dc_new),
+      Tensor dgates = a.needs(0) ? Tensor::empty(gates.shape(), gates.dtype(), gates.device()) : Tensor();
+      Tensor dc = a.needs(1) ? Tensor::empty(c.shape(), c.dtype(), c.device()) : Tensor();
+      backend::cpu::lstm_cell_backward(contiguous(gates), contiguous(c), contiguous(c_new), contiguous(dh), contiguous(dc_new),
                               dgates, dc);
       return {dgates, dc};
     });
@@ -96,8 +97,8 @@ Tensor gru_cell_pointwise(const Tensor& gi, const Tensor& gh, const Tensor& h) {
   check_cell(op, "gi", gi, 3, "h", h);
   check_cell(op, "gh", gh, 3, "h", h);
   Tensor ic = contiguous_nograd(gi), rc = contiguous_nograd(gh), hc = contiguous_nograd(h);
-  Tensor out = Tensor::empty(h.shape(), h.dtype());
-  cpu::gru_cell(ic, rc, hc, out);
+  Tensor out = Tensor::empty(h.shape(), h.dtype(), h.device());
+  backend::cpu::gru_cell(ic, rc, hc, out);
   if (needs_grad(gi, gh, h)) {
     record(op, {gi, gh, h}, {out}, {gi, gh, h}, [](const VjpArgs& a) -> Grads {
       const Tensor &gi = a.saved[0], &gh = a.saved[1], &h = a.saved[2];
@@ -112,10 +113,10 @@ Tensor gru_cell_pointwise(const Tensor& gi, const Tensor& gh, const Tensor& h) {
         return {a.needs(0) ? cat({dr, dz, dn}, 1) : Tensor(), a.needs(1) ? cat({dr, dz, dn * r}, 1) : Tensor(),
                 a.needs(2) ? g * z : Tensor()};
       }
-      Tensor dgi = a.needs(0) ? Tensor::empty(gi.shape(), gi.dtype()) : Tensor();
-      Tensor dgh = a.needs(1) ? Tensor::empty(gh.shape(), gh.dtype()) : Tensor();
-      Tensor dh = a.needs(2) ? Tensor::empty(h.shape(), h.dtype()) : Tensor();
-      cpu::gru_cell_backward(contiguous(gi), contiguous(gh), contiguous(h), contiguous(g), dgi, dgh, dh);
+      Tensor dgi = a.needs(0) ? Tensor::empty(gi.shape(), gi.dtype(), gi.device()) : Tensor();
+      Tensor dgh = a.needs(1) ? Tensor::empty(gh.shape(), gh.dtype(), gh.device()) : Tensor();
+      Tensor dh = a.needs(2) ? Tensor::empty(h.shape(), h.dtype(), h.device()) : Tensor();
+      backend::cpu::gru_cell_backward(contiguous(gi), contiguous(gh), contiguous(h), contiguous(g), dgi, dgh, dh);
       return {dgi, dgh, dh};
     });
   }
@@ -132,7 +133,7 @@ namespace {
 // adds h_{t-1} W_hh^T into its slice, and the cell kernel overwrites the
 // slice with the activations i, f, g, o), cs and tcs [T, B, H] (every step's
 // c and tanh(c)) and the output hs [T, B, H], so backward evaluates no
-// transcendental (cpu::lstm_cell_backward_acts). Backward keeps dG [T, B, 4H] (dgates of every
+// transcendental (backend::cpu::lstm_cell_backward_acts). Backward keeps dG [T, B, 4H] (dgates of every
 // step) and dH [T, B, H] (g_hs, into whose slice t-1 step t adds
 // dgates_t W_hh), and carries dc [B, H]; after the loop the weight grads are
 // one GEMM each over all T*B rows: dW_ih = dG^T x, dW_hh = dG[1:]^T hs[:-1]
@@ -145,6 +146,7 @@ void check_seq(const char* op, const Tensor& x, const Tensor& h0, const Tensor& 
   check_defined(op, c0, "c0");
   check_defined(op, w_ih, "w_ih");
   check_defined(op, w_hh, "w_hh");
+  backend::device_of(op, x, h0, c0, w_ih, w_hh, b_ih, b_hh);
   KILN_CHECK(is_floating(x.dtype()), op, "expects floating tensors (f32, f64, bf16), got x {} {}", name(x.dtype()),
              to_string(x.shape()));
   KILN_CHECK(x.dim() == 3 && x.shape()[0] > 0, op, "x {} must be [T, B, I] (time major) with T > 0",
@@ -169,8 +171,8 @@ void check_seq(const char* op, const Tensor& x, const Tensor& h0, const Tensor& 
                name(x.dtype()), what, name(t->dtype()));
 }
 
-cpu::MatmulEpilogue accumulate_into() {
-  cpu::MatmulEpilogue ep;
+backend::cpu::MatmulEpilogue accumulate_into() {
+  backend::cpu::MatmulEpilogue ep;
   ep.beta = 1;
   return ep;
 }
@@ -186,14 +188,14 @@ void recurrent_product(const Tensor& h, const Tensor& w_hh, const Tensor& gates_
   const int64_t B = h.shape()[0], H = h.shape()[1], N = w_hh.shape()[0];
   const int64_t parts = effective_num_threads();
   if (parts <= 1 || B * H * N < (int64_t(1) << 19) || N < 32 * parts) {
-    cpu::matmul(h, w_hh.t(), gates_t, accumulate_into());
+    backend::cpu::matmul(h, w_hh.t(), gates_t, accumulate_into());
     return;
   }
   parallel_for(0, parts, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t p = lo; p < hi; ++p) {
       // Column blocks on 16-column (one AVX-512 vector of f32) boundaries.
       const int64_t c0 = N * p / parts / 16 * 16, c1 = p + 1 == parts ? N : N * (p + 1) / parts / 16 * 16;
-      cpu::matmul(h, w_hh.narrow(0, c0, c1 - c0).t(), gates_t.narrow(1, c0, c1 - c0), accumulate_into());
+      backend::cpu::matmul(h, w_hh.narrow(0, c0, c1 - c0).t(), gates_t.narrow(1, c0, c1 - c0), accumulate_into());
     }
   });
 }
@@ -256,29 +258,29 @@ std::pair<Tensor, Tensor> lstm_sequence(const Tensor& x, const Tensor& h0, const
     xc = contiguous(x);
     h0c = contiguous(h0);
     c0c = contiguous(c0);
-    gates = Tensor::empty({T, B, 4 * H}, dt);
-    cs = Tensor::empty({T, B, H}, dt);
-    tcs = Tensor::empty({T, B, H}, dt);
-    hs = Tensor::empty({T, B, H}, dt);
+    gates = Tensor::empty({T, B, 4 * H}, dt, x.device());
+    cs = Tensor::empty({T, B, H}, dt, x.device());
+    tcs = Tensor::empty({T, B, H}, dt, x.device());
+    hs = Tensor::empty({T, B, H}, dt, x.device());
     // Both biases enter the same pre-activation: fold them into the input
     // projection's epilogue ([4H], once per call).
     if (b_ih.defined() && b_hh.defined()) bias = add(b_ih, b_hh);
     else bias = b_ih.defined() ? b_ih : b_hh;
-    cpu::MatmulEpilogue ep;
+    backend::cpu::MatmulEpilogue ep;
     if (bias.defined()) ep.bias = &bias;
-    cpu::matmul(xc.view({T * B, I}), w_ih.t(), gates.view({T * B, 4 * H}), ep);  // [T*B, I] x [I, 4H]
+    backend::cpu::matmul(xc.view({T * B, I}), w_ih.t(), gates.view({T * B, 4 * H}), ep);  // [T*B, I] x [I, 4H]
     Tensor h = h0c, c = c0c;
     for (int64_t t = 0; t < T; ++t) {
       Tensor g = gates.select(0, t), hn = hs.select(0, t), cn = cs.select(0, t);
       recurrent_product(h, w_hh, g);  // [B, H] x [H, 4H] += into gates[t]
-      cpu::lstm_cell_train(g, c, hn, cn, tcs.select(0, t));  // g becomes the activations
+      backend::cpu::lstm_cell_train(g, c, hn, cn, tcs.select(0, t));  // g becomes the activations
       h = hn;
       c = cn;
     }
   }
   // The final c is its own tensor (not a view of cs, which backward keeps).
-  Tensor c_last = Tensor::empty({B, H}, dt);
-  cpu::copy(cs.select(0, T - 1), c_last);
+  Tensor c_last = Tensor::empty({B, H}, dt, x.device());
+  backend::cpu::copy(cs.select(0, T - 1), c_last);
   if (needs_grad(x, h0, c0, w_ih, w_hh, b_ih, b_hh)) {
     record(op, {x, h0, c0, w_ih, w_hh, b_ih, b_hh}, {hs, c_last},
            {x, h0, c0, w_ih, w_hh, b_ih, b_hh, gates, cs, hs, xc, c0c, tcs}, [T, B, I, H](const VjpArgs& a) -> Grads {
@@ -287,35 +289,35 @@ std::pair<Tensor, Tensor> lstm_sequence(const Tensor& x, const Tensor& h0, const
                           &cs = a.saved[8], &hs = a.saved[9], &x = a.saved[10], &c0 = a.saved[11],
                           &tcs = a.saved[12];
              const DType dt = x.dtype();
-             Tensor dH = Tensor::empty({T, B, H}, dt), dc = Tensor::empty({B, H}, dt);
-             Tensor dG = Tensor::empty({T, B, 4 * H}, dt);
-             cpu::copy(a.grads[0], dH);
-             cpu::copy(a.grads[1], dc);
+             Tensor dH = Tensor::empty({T, B, H}, dt, x.device()), dc = Tensor::empty({B, H}, dt, x.device());
+             Tensor dG = Tensor::empty({T, B, 4 * H}, dt, x.device());
+             backend::cpu::copy(a.grads[0], dH);
+             backend::cpu::copy(a.grads[1], dc);
              for (int64_t t = T - 1; t >= 0; --t) {
                Tensor dg = dG.select(0, t);
-               cpu::lstm_cell_backward_acts(acts.select(0, t), t > 0 ? cs.select(0, t - 1) : c0, tcs.select(0, t),
+               backend::cpu::lstm_cell_backward_acts(acts.select(0, t), t > 0 ? cs.select(0, t - 1) : c0, tcs.select(0, t),
                                             dH.select(0, t), dc, dg);  // dc: grad of c_t in, of c_{t-1} out
-               if (t > 0) cpu::matmul(dg, w_hh, dH.select(0, t - 1), accumulate_into());  // [B, 4H] x [4H, H]
+               if (t > 0) backend::cpu::matmul(dg, w_hh, dH.select(0, t - 1), accumulate_into());  // [B, 4H] x [4H, H]
              }
              Grads out(7);
              if (a.needs(0)) {
-               out[0] = Tensor::empty({T, B, I}, dt);
-               cpu::matmul(dG.view({T * B, 4 * H}), w_ih, out[0].view({T * B, I}));
+               out[0] = Tensor::empty({T, B, I}, dt, x.device());
+               backend::cpu::matmul(dG.view({T * B, 4 * H}), w_ih, out[0].view({T * B, I}));
              }
              if (a.needs(1)) {
-               out[1] = Tensor::empty({B, H}, dt);
-               cpu::matmul(dG.select(0, 0), w_hh, out[1]);
+               out[1] = Tensor::empty({B, H}, dt, x.device());
+               backend::cpu::matmul(dG.select(0, 0), w_hh, out[1]);
              }
              if (a.needs(2)) out[2] = dc;
              if (a.needs(3)) {
-               out[3] = Tensor::empty({4 * H, I}, dt);
-               cpu::matmul(dG.view({T * B, 4 * H}).t(), x.view({T * B, I}), out[3]);  // [4H, T*B] x [T*B, I]
+               out[3] = Tensor::empty({4 * H, I}, dt, x.device());
+               backend::cpu::matmul(dG.view({T * B, 4 * H}).t(), x.view({T * B, I}), out[3]);  // [4H, T*B] x [T*B, I]
              }
              if (a.needs(4)) {
-               out[4] = Tensor::empty({4 * H, H}, dt);
-               cpu::matmul(dG.select(0, 0).t(), h0, out[4]);
+               out[4] = Tensor::empty({4 * H, H}, dt, x.device());
+               backend::cpu::matmul(dG.select(0, 0).t(), h0, out[4]);
                if (T > 1)  // [4H, (T-1)*B] x [(T-1)*B, H]
-                 cpu::matmul(dG.narrow(0, 1, T - 1).view({(T - 1) * B, 4 * H}).t(),
+                 backend::cpu::matmul(dG.narrow(0, 1, T - 1).view({(T - 1) * B, 4 * H}).t(),
                              hs.narrow(0, 0, T - 1).view({(T - 1) * B, H}), out[4], accumulate_into());
              }
              if (a.needs(5) || a.needs(6)) {

@@ -8,17 +8,18 @@
 #include <vector>
 
 #include "kiln/ops/record.h"
+#include "src/backend/backend.h"
+#include "src/backend/cpu/nn/rotary.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/rotary.h"
 
 namespace kiln {
 
 namespace {
 
 // out = x rotated by sign * theta; table [2, T, rd / 2] holds cos and sin.
-Tensor rotate(const cpu::RotaryGeom& g, const Tensor& x, const Tensor& table, int sign) {
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  cpu::rotary(g, x, table, sign, out);
+Tensor rotate(const backend::cpu::RotaryGeom& g, const Tensor& x, const Tensor& table, int sign) {
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  backend::cpu::rotary(g, x, table, sign, out);
   if (needs_grad(x))
     record(sign > 0 ? "rotary_embedding" : "rotary_embedding_backward", {x}, {out}, {},
            [g, table, sign](const VjpArgs& v) -> Grads { return {rotate(g, v.grad(), table, -sign)}; });
@@ -30,6 +31,7 @@ Tensor rotate(const cpu::RotaryGeom& g, const Tensor& x, const Tensor& table, in
 Tensor rotary_embedding(const Tensor& x, const RotaryOptions& o) {
   const char* op = "rotary_embedding";
   check_defined(op, x);
+  backend::device_of(op, x, o.positions);
   KILN_CHECK(x.dim() >= 2, op, "input {} must have at least 2 dims [..., T, D], got {}-D", to_string(x.shape()),
              x.dim());
   KILN_CHECK(is_floating(x.dtype()), op, "expects a floating input, got {} {}", name(x.dtype()),
@@ -54,11 +56,11 @@ Tensor rotary_embedding(const Tensor& x, const RotaryOptions& o) {
     for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = o.offset + t;
   }
 
-  cpu::RotaryGeom g;
+  backend::cpu::RotaryGeom g;
   g.T = T, g.D = D, g.rd = rd, g.interleaved = o.interleaved;
   g.rows = T * D == 0 ? 0 : x.numel() / (T * D);
-  Tensor table = Tensor::empty({2, T, rd / 2}, x.dtype() == kF64 ? kF64 : kF32);
-  cpu::rotary_table(pos, o.base, rd, table);
+  Tensor table = Tensor::empty({2, T, rd / 2}, x.dtype() == kF64 ? kF64 : kF32, x.device());
+  backend::cpu::rotary_table(pos, o.base, rd, table);
   return rotate(g, x, table, 1);
 }
 

@@ -5,10 +5,12 @@
 
 #include "kiln/core/size_check.h"
 #include "kiln/ops/creation.h"
+#include "kiln/ops/device.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
+#include "src/backend/cpu/copy/copy.h"
+#include "src/backend/gpu.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/copy.h"
 
 namespace kiln {
 
@@ -150,10 +152,10 @@ namespace {
 // The vjp of slice: zeros of the input's shape with g in the slice.
 Tensor slice_backward(const Tensor& g, const Shape& in_shape, int64_t dim, int64_t start, int64_t end,
                       int64_t step) {
-  Tensor out = zeros(in_shape, {.dtype = g.dtype()});
+  Tensor out = zeros(in_shape, {.dtype = g.dtype(), .device = g.device()});
   {
     NoGradGuard no_grad;
-    cpu::copy(g, slice(out, dim, start, end, step));
+    backend::cpu::copy(g, slice(out, dim, start, end, step));
   }
   if (needs_grad(g))
     record("slice_backward", {g}, {out}, {}, [=](const VjpArgs& a) -> Grads {
@@ -295,7 +297,7 @@ Tensor contiguous(const Tensor& x) {
 Tensor clone(const Tensor& x) {
   check_defined("clone", x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cpu::copy(x, out);
+  backend::cpu::copy(x, out);
   if (needs_grad(x)) record("clone", {x}, {out}, {}, [](const VjpArgs& a) -> Grads { return {a.grad()}; });
   return out;
 }
@@ -304,9 +306,21 @@ Tensor to(const Tensor& x, DType dtype) {
   check_defined("to", x);
   if (x.dtype() == dtype) return x;
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
-  cpu::copy(x, out);
+  backend::cpu::copy(x, out);
   if (is_floating(dtype) && needs_grad(x))
     record("to", {x}, {out}, {}, [from = x.dtype()](const VjpArgs& a) -> Grads { return {to(a.grad(), from)}; });
+  return out;
+}
+
+Tensor to(const Tensor& x, Device device) {
+  check_defined("to", x);
+  if (x.device() == device) return x;
+  // A move between devices: empty_for refuses a device this build has no
+  // backend for, and only a GPU backend copies across devices.
+  Tensor out = empty_for("to", x.shape(), x.dtype(), device);
+  backend::gpu::copy("to", contiguous(x), out);
+  if (needs_grad(x))
+    record("to", {x}, {out}, {}, [from = x.device()](const VjpArgs& a) -> Grads { return {to(a.grad(), from)}; });
   return out;
 }
 
@@ -317,7 +331,7 @@ Tensor copy_(const Tensor& dst, const Tensor& src) {
   KILN_CHECK(b == dst.shape(), "copy_", "source {} does not broadcast to destination {}", to_string(src.shape()),
              to_string(dst.shape()));
   check_inplace("copy_", dst, needs_grad(src));
-  cpu::copy(src, dst);
+  backend::cpu::copy(src, dst);
   dst.storage()->bump_version();
   if (needs_grad(dst, src) && is_floating(dst.dtype()))
     record("copy_", {dst, src}, {dst}, {}, [src_shape = src.shape(), src_dtype = src.dtype()](const VjpArgs& a) -> Grads {

@@ -4,8 +4,8 @@
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/unary.h"
+#include "src/backend/cpu/reduce/reduce.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/reduce.h"
 
 namespace kiln {
 
@@ -16,8 +16,8 @@ Tensor softmax_impl(const char* op, const Tensor& x, int64_t dim, bool log) {
   KILN_CHECK(is_floating(x.dtype()), op, "expects a floating input, got {} {}", name(x.dtype()),
              to_string(x.shape()));
   int64_t d = wrap_dim(op, dim, x.dim());
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  cpu::softmax(x, d, out, log);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  backend::cpu::softmax(x, d, out, log);
   if (needs_grad(x)) {
     if (log)
       // d log_softmax: g - softmax * sum(g), with softmax = exp(out).

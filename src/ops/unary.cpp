@@ -1,5 +1,5 @@
 // Unary elementwise ops and activations: checks, dtype rules and vjps.
-// Kernels: src/ops/cpu/unary.cpp.
+// Kernels: src/backend/cpu/elementwise/unary.cpp.
 #include "kiln/ops/unary.h"
 
 #include <cmath>
@@ -9,13 +9,13 @@
 #include "kiln/ops/promotion.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
+#include "src/backend/cpu/elementwise/elementwise.h"
 #include "src/ops/checks.h"
-#include "src/ops/cpu/elementwise.h"
 
 namespace kiln {
 
-using cpu::OpParams;
-using cpu::UnaryOp;
+using backend::cpu::OpParams;
+using backend::cpu::UnaryOp;
 
 namespace {
 
@@ -23,8 +23,8 @@ namespace {
 Tensor unary_forward(const char* op, UnaryOp k, const Tensor& x, DType t, OpParams p = {}) {
   check_defined(op, x, "x");
   Tensor out = Tensor::empty(x.shape(), t, x.device());
-  if (x.dtype() == t) cpu::unary(k, out, x, p);
-  else cpu::unary(k, out, cpu::convert(x, t), p);
+  if (x.dtype() == t) backend::cpu::unary(k, out, x, p);
+  else backend::cpu::unary(k, out, backend::cpu::convert(x, t), p);
   return out;
 }
 
@@ -40,10 +40,10 @@ Tensor float_forward(const char* op, UnaryOp k, const Tensor& x, OpParams p = {}
 /// with differentiable ops) when the gradient itself must be differentiable
 /// (create_graph).
 template <class Composed>
-Tensor fused_backward(cpu::BinaryOp k, const Tensor& g, const Tensor& s, OpParams p, Composed composed) {
+Tensor fused_backward(backend::cpu::BinaryOp k, const Tensor& g, const Tensor& s, OpParams p, Composed composed) {
   if (needs_grad(g, s) || g.dtype() != s.dtype()) return composed();
   Tensor out = Tensor::empty(g.shape(), g.dtype(), g.device());
-  cpu::binary(k, out, g, s, p);
+  backend::cpu::binary(k, out, g, s, p);
   return out;
 }
 
@@ -70,16 +70,16 @@ void check_inplace_unary(const char* op, const Tensor& x, DType result) {
 
 namespace {
 Tensor tanh_backward(const Tensor& g, const Tensor& y) {
-  return fused_backward(cpu::BinaryOp::tanh_backward, g, y, {}, [&] { return mul(g, rsub(mul(y, y), 1)); });
+  return fused_backward(backend::cpu::BinaryOp::tanh_backward, g, y, {}, [&] { return mul(g, rsub(mul(y, y), 1)); });
 }
 Tensor sigmoid_backward(const Tensor& g, const Tensor& y) {
-  return fused_backward(cpu::BinaryOp::sigmoid_backward, g, y, {}, [&] { return mul(mul(g, y), rsub(y, 1)); });
+  return fused_backward(backend::cpu::BinaryOp::sigmoid_backward, g, y, {}, [&] { return mul(mul(g, y), rsub(y, 1)); });
 }
 Tensor sqrt_backward(const Tensor& g, const Tensor& y) {
-  return fused_backward(cpu::BinaryOp::sqrt_backward, g, y, {}, [&] { return div(g, mul(y, 2)); });
+  return fused_backward(backend::cpu::BinaryOp::sqrt_backward, g, y, {}, [&] { return div(g, mul(y, 2)); });
 }
 Tensor relu_backward(const Tensor& g, const Tensor& y) {
-  return fused_backward(cpu::BinaryOp::relu_backward, g, y, {}, [&] { return where(gt(y, 0), g, 0); });
+  return fused_backward(backend::cpu::BinaryOp::relu_backward, g, y, {}, [&] { return where(gt(y, 0), g, 0); });
 }
 Tensor clamp_backward(const Tensor& g, const Tensor& mask) { return where(mask, g, 0); }
 
@@ -223,7 +223,7 @@ Tensor gelu(const Tensor& x, GeluApproximation approximate) {
     record("gelu", {x}, {out}, {x}, [tanh_form](const VjpArgs& v) -> Grads {
       const Tensor &g = v.grad(), &xv = v.saved[0];
       if (tanh_form)
-        return {fused_backward(cpu::BinaryOp::gelu_tanh_backward, g, xv, {}, [&] {
+        return {fused_backward(backend::cpu::BinaryOp::gelu_tanh_backward, g, xv, {}, [&] {
           // 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(k (x + c x^3)).
           const double k = 0.79788456080286535588, c = 0.044715;
           Tensor x2 = mul(xv, xv);
@@ -232,7 +232,7 @@ Tensor gelu(const Tensor& x, GeluApproximation approximate) {
           Tensor right = mul(mul(mul(xv, 0.5), rsub(mul(t, t), 1)), add(mul(x2, 3 * c * k), k));
           return mul(g, add(left, right));
         })};
-      return {fused_backward(cpu::BinaryOp::gelu_backward, g, xv, {}, [&] {
+      return {fused_backward(backend::cpu::BinaryOp::gelu_backward, g, xv, {}, [&] {
         // Phi(x) + x phi(x).
         Tensor cdf = mul(add(erf(mul(xv, 0.70710678118654752440)), 1), 0.5);
         Tensor pdf = mul(exp(mul(mul(xv, xv), -0.5)), 0.39894228040143267794);
@@ -247,7 +247,7 @@ Tensor silu(const Tensor& x) {
   if (needs_grad(x))
     record("silu", {x}, {out}, {x}, [](const VjpArgs& v) -> Grads {
       const Tensor &g = v.grad(), &xv = v.saved[0];
-      return {fused_backward(cpu::BinaryOp::silu_backward, g, xv, {}, [&] {
+      return {fused_backward(backend::cpu::BinaryOp::silu_backward, g, xv, {}, [&] {
         // s (1 + x (1 - s)), s = sigmoid(x).
         Tensor s = sigmoid(xv);
         return mul(g, mul(s, add(mul(xv, rsub(s, 1)), 1)));
@@ -262,7 +262,7 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
   if (needs_grad(x))
     record("softplus", {x}, {out}, {x}, [beta, threshold](const VjpArgs& v) -> Grads {
       const Tensor &g = v.grad(), &xv = v.saved[0];
-      return {fused_backward(cpu::BinaryOp::softplus_backward, g, xv, {beta, threshold}, [&] {
+      return {fused_backward(backend::cpu::BinaryOp::softplus_backward, g, xv, {beta, threshold}, [&] {
         // sigmoid(beta x), 1 above the threshold.
         Tensor bx = mul(xv, beta);
         return where(gt(bx, threshold), g, mul(g, sigmoid(bx)));
@@ -276,7 +276,7 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
   if (needs_grad(x))
     record("leaky_relu", {x}, {out}, {x}, [negative_slope](const VjpArgs& v) -> Grads {
       const Tensor &g = v.grad(), &xv = v.saved[0];
-      return {fused_backward(cpu::BinaryOp::leaky_relu_backward, g, xv, {negative_slope, 0},
+      return {fused_backward(backend::cpu::BinaryOp::leaky_relu_backward, g, xv, {negative_slope, 0},
                              [&] { return where(gt(xv, 0), g, mul(g, negative_slope)); })};
     });
   return out;
@@ -315,7 +315,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   KILN_CHECK(min || max, "clamp", "at least one of min and max must be given");
   DType t = min && max ? result_type(x, *min, *max) : result_type(x, min ? *min : *max);
   Tensor out = Tensor::empty(x.shape(), t, x.device());
-  cpu::clamp(out, cpu::convert(x, t), min, max);
+  backend::cpu::clamp(out, backend::cpu::convert(x, t), min, max);
   if (needs_grad(x))
     record("clamp", {x}, {out}, {clamp_mask(x, min, max)}, [tx = x.dtype()](const VjpArgs& v) -> Grads {
       return {to(clamp_backward(v.grad(), v.saved[0]), tx)};
@@ -333,7 +333,7 @@ Tensor neg_(const Tensor& x) {
   KILN_CHECK(x.dtype() != kBool, "neg_", "negation of a bool tensor of shape {} is not supported; use logical_not",
              to_string(x.shape()));
   check_inplace_unary("neg_", x, x.dtype());
-  cpu::unary(UnaryOp::neg, x, x);
+  backend::cpu::unary(UnaryOp::neg, x, x);
   x.storage()->bump_version();
   if (needs_grad(x)) record("neg_", {x}, {x}, {}, [](const VjpArgs& v) -> Grads { return {neg(v.grad())}; });
   return x;
@@ -342,7 +342,7 @@ Tensor neg_(const Tensor& x) {
 Tensor exp_(const Tensor& x) {
   check_defined("exp_", x, "self");
   check_inplace_unary("exp_", x, float_type(x.dtype()));
-  cpu::unary(UnaryOp::exp, x, x);
+  backend::cpu::unary(UnaryOp::exp, x, x);
   x.storage()->bump_version();
   if (needs_grad(x)) record("exp_", {x}, {x}, {x}, [](const VjpArgs& v) -> Grads { return {mul(v.grad(), v.saved[0])}; });
   return x;
@@ -351,7 +351,7 @@ Tensor exp_(const Tensor& x) {
 Tensor sqrt_(const Tensor& x) {
   check_defined("sqrt_", x, "self");
   check_inplace_unary("sqrt_", x, float_type(x.dtype()));
-  cpu::unary(UnaryOp::sqrt, x, x);
+  backend::cpu::unary(UnaryOp::sqrt, x, x);
   x.storage()->bump_version();
   if (needs_grad(x))
     record("sqrt_", {x}, {x}, {x}, [](const VjpArgs& v) -> Grads { return {sqrt_backward(v.grad(), v.saved[0])}; });
@@ -361,7 +361,7 @@ Tensor sqrt_(const Tensor& x) {
 Tensor relu_(const Tensor& x) {
   check_defined("relu_", x, "self");
   check_inplace_unary("relu_", x, x.dtype());
-  cpu::unary(UnaryOp::relu, x, x);
+  backend::cpu::unary(UnaryOp::relu, x, x);
   x.storage()->bump_version();
   if (needs_grad(x))
     record("relu_", {x}, {x}, {x}, [](const VjpArgs& v) -> Grads { return {relu_backward(v.grad(), v.saved[0])}; });
@@ -374,7 +374,7 @@ Tensor clamp_(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> 
   DType t = min && max ? result_type(x, *min, *max) : result_type(x, min ? *min : *max);
   check_inplace_unary("clamp_", x, t);
   Tensor mask = needs_grad(x) ? clamp_mask(x, min, max) : Tensor();
-  cpu::clamp(x, x, min, max);
+  backend::cpu::clamp(x, x, min, max);
   x.storage()->bump_version();
   if (needs_grad(x))
     record("clamp_", {x}, {x}, {mask}, [](const VjpArgs& v) -> Grads { return {clamp_backward(v.grad(), v.saved[0])}; });

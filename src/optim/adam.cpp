@@ -2,7 +2,8 @@
 
 #include <cmath>
 
-#include "src/optim/cpu/fused_updates.h"
+#include "src/backend/cpu/dispatch.h"
+#include "src/backend/cpu/optim/fused_updates.h"
 #include "src/optim/dispatch.h"
 
 namespace kiln::optim {
@@ -41,7 +42,7 @@ void AdamFamily<Options, Decoupled>::update(size_t group, const nn::Parameter& p
   Tensor vmax = o.amsgrad ? zeros_state(param, "max_exp_avg_sq") : Tensor();
 
   const double decay = param.decay() ? o.weight_decay : 0.0;
-  cpu::AdamArgs args{};
+  backend::cpu::AdamArgs args{};
   args.beta1 = o.beta1;
   args.beta2 = o.beta2;
   args.eps = o.eps;
@@ -51,8 +52,8 @@ void AdamFamily<Options, Decoupled>::update(size_t group, const nn::Parameter& p
   args.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, double(t)));
   args.amsgrad = o.amsgrad;
   args.maximize = o.maximize;
-  dispatch_float(param.dtype(), [&]<class T>() {
-    cpu::adam_update<T>(param.value().data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(),
+  backend::cpu::dispatch_only<float, double>(param.dtype(), [&]<class T>(type_tag<T>) {
+    backend::cpu::adam_update<T>(param.value().data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(),
                         vmax.defined() ? vmax.data<T>() : nullptr, param.numel(), args);
   });
 }

@@ -10,16 +10,6 @@
 
 namespace kiln::optim {
 
-// fn.template operator()<T>() for the parameter's floating dtype (f32 or f64;
-// the Optimizer base rejects others at construction).
-template <class F>
-void dispatch_float(DType dtype, F&& fn) {
-  if (dtype == kF64)
-    fn.template operator()<double>();
-  else
-    fn.template operator()<float>();
-}
-
 inline void check_non_negative(const char* op, const char* what, double value) {
   KILN_CHECK(std::isfinite(value) && value >= 0.0, op, "{} must be finite and >= 0, got {}", what, value);
 }
@@ -32,7 +22,7 @@ inline void check_unit_interval(const char* op, const char* what, double value) 
 // first use (std::map: the reference stays valid as other states are added).
 inline Tensor& zeros_state(const nn::Parameter& param, const char* name) {
   Tensor& s = param.state(name);
-  if (!s.defined()) s = zeros(param.shape(), {.dtype = param.dtype()});
+  if (!s.defined()) s = zeros(param.shape(), {.dtype = param.dtype(), .device = param.value().device()});
   return s;
 }
 

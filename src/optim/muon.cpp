@@ -7,7 +7,8 @@
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
-#include "src/optim/cpu/fused_updates.h"
+#include "src/backend/cpu/dispatch.h"
+#include "src/backend/cpu/optim/fused_updates.h"
 #include "src/optim/dispatch.h"
 
 namespace kiln::optim {
@@ -45,19 +46,19 @@ Tensor newton_schulz5(const Tensor& u, int64_t steps, double eps) {
 void Muon::update(size_t group, const nn::Parameter& param, const Tensor& grad) {
   const MuonOptions& o = options_[group];
   Tensor& buf = zeros_state(param, "momentum_buffer");
-  Tensor u = Tensor::empty(param.shape(), param.dtype());
+  Tensor u = Tensor::empty(param.shape(), param.dtype(), param.value().device());
   const double decay = param.decay() ? o.weight_decay : 0.0;
   double scale = 1.0;
-  dispatch_float(param.dtype(), [&]<class T>() {
-    cpu::muon_momentum<T>(grad.data<T>(), buf.data<T>(), u.data<T>(), param.numel(), o.momentum, o.nesterov);
+  backend::cpu::dispatch_only<float, double>(param.dtype(), [&]<class T>(type_tag<T>) {
+    backend::cpu::muon_momentum<T>(grad.data<T>(), buf.data<T>(), u.data<T>(), param.numel(), o.momentum, o.nesterov);
   });
   if (param.value().dim() == 2) {
     u = newton_schulz5(u, o.ns_steps, o.eps);
     const double rows = double(param.shape()[0]), cols = double(param.shape()[1]);
     scale = o.match_adamw_rms ? 0.2 * std::sqrt(std::max(rows, cols)) : std::sqrt(std::max(1.0, rows / cols));
   }
-  dispatch_float(param.dtype(), [&]<class T>() {
-    cpu::scaled_update<T>(param.value().data<T>(), u.data<T>(), param.numel(), 1.0 - o.lr * decay, o.lr * scale);
+  backend::cpu::dispatch_only<float, double>(param.dtype(), [&]<class T>(type_tag<T>) {
+    backend::cpu::scaled_update<T>(param.value().data<T>(), u.data<T>(), param.numel(), 1.0 - o.lr * decay, o.lr * scale);
   });
 }
 

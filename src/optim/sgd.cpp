@@ -2,7 +2,8 @@
 
 #include <cmath>
 
-#include "src/optim/cpu/fused_updates.h"
+#include "src/backend/cpu/dispatch.h"
+#include "src/backend/cpu/optim/fused_updates.h"
 #include "src/optim/dispatch.h"
 
 namespace kiln::optim {
@@ -24,16 +25,16 @@ SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& defaults)
 
 void SGD::update(size_t group, const nn::Parameter& param, const Tensor& grad) {
   const SGDOptions& o = options_[group];
-  cpu::SgdArgs args{o.lr, o.momentum, o.dampening, param.decay() ? o.weight_decay : 0.0, o.nesterov, o.maximize, false};
+  backend::cpu::SgdArgs args{o.lr, o.momentum, o.dampening, param.decay() ? o.weight_decay : 0.0, o.nesterov, o.maximize, false};
   Tensor buf;
   if (o.momentum != 0.0) {
     Tensor& state = param.state("momentum_buffer");
     args.first = !state.defined();
-    if (args.first) state = Tensor::empty(param.shape(), param.dtype());
+    if (args.first) state = Tensor::empty(param.shape(), param.dtype(), param.value().device());
     buf = state;
   }
-  dispatch_float(param.dtype(), [&]<class T>() {
-    cpu::sgd_update<T>(param.value().data<T>(), grad.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
+  backend::cpu::dispatch_only<float, double>(param.dtype(), [&]<class T>(type_tag<T>) {
+    backend::cpu::sgd_update<T>(param.value().data<T>(), grad.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
                        param.numel(), args);
   });
 }

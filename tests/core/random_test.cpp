@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "src/ops/cpu/random.h"
+#include "src/backend/cpu/random/random.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -61,7 +61,7 @@ TEST(Generator, BlocksStateAndAdvance) {
   EXPECT_EQ(g.offset(), 6u);
 }
 
-// NOTE: these pin the documented layout of src/ops/cpu/random.h.
+// NOTE: these pin the documented layout of src/backend/cpu/random/random.h.
 TEST(Random, UniformLayoutInTheWordStream) {
   Generator g(42);
   g.advance(3);
@@ -332,24 +332,24 @@ TEST(RandomKernels, FastMatchesReference) {
     for (DType dt : {kF32, kF64, kBF16}) {
       uint64_t seed = 1234 + uint64_t(n), first = 17;
       Tensor a = empty({n}, {.dtype = dt}), b = empty({n}, {.dtype = dt});
-      cpu::uniform(a, -3.0, 2.0, seed, first);
-      cpu::ref::uniform(b, -3.0, 2.0, seed, first);
+      backend::cpu::uniform(a, -3.0, 2.0, seed, first);
+      backend::cpu::ref::uniform(b, -3.0, 2.0, seed, first);
       EXPECT_TRUE(equal(a, b)) << "uniform " << name(dt) << " n " << n;
-      cpu::normal(a, 0.5, 2.0, seed, first);
-      cpu::ref::normal(b, 0.5, 2.0, seed, first);
+      backend::cpu::normal(a, 0.5, 2.0, seed, first);
+      backend::cpu::ref::normal(b, 0.5, 2.0, seed, first);
       // The fast kernel's log/sincos polynomials against libm's.
       double tol = dt == kF64 ? 1e-13 : dt == kF32 ? 5e-6 : 1e-2;
       EXPECT_TRUE(testing::all_close(a, b, tol, tol)) << "normal " << name(dt) << " n " << n;
       Tensor p = empty({n}, {.dtype = dt});
-      cpu::uniform(p, 0.0, 1.0, seed + 1, 0);
-      cpu::bernoulli(a, p, seed, first);
-      cpu::ref::bernoulli(b, p, seed, first);
+      backend::cpu::uniform(p, 0.0, 1.0, seed + 1, 0);
+      backend::cpu::bernoulli(a, p, seed, first);
+      backend::cpu::ref::bernoulli(b, p, seed, first);
       EXPECT_TRUE(equal(a, b)) << "bernoulli " << name(dt) << " n " << n;
     }
     for (uint64_t range : {uint64_t(1), uint64_t(10), uint64_t(1) << 32, (uint64_t(1) << 32) + 1, ~uint64_t(0)}) {
       Tensor a = empty({n}, {.dtype = kI64}), b = empty({n}, {.dtype = kI64});
-      cpu::randint(a, -7, range, 99, 3);
-      cpu::ref::randint(b, -7, range, 99, 3);
+      backend::cpu::randint(a, -7, range, 99, 3);
+      backend::cpu::ref::randint(b, -7, range, 99, 3);
       EXPECT_TRUE(equal(a, b)) << "randint range " << range << " n " << n;
     }
   }

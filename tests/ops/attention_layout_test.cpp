@@ -4,7 +4,7 @@
 // [B, T, H, D] viewed as [B, H, T, D], and every result equals the one from
 // contiguous copies (bit for bit: the same arithmetic in the same order).
 // Operands with a non-unit last stride are copied first (the fallback).
-#include "src/ops/cpu/attention.h"
+#include "src/backend/cpu/nn/attention.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {

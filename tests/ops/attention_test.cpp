@@ -1,11 +1,11 @@
 // Tests of scaled_dot_product_attention: PyTorch goldens (out, weights, grads)
-// on both paths, the flash kernels against cpu::ref, flash against standard
+// on both paths, the flash kernels against backend::cpu::ref, flash against standard
 // over masks / causal / Tq != Tk / fully masked rows, gradchecks in f64 (first
 // and second order), the flash path's memory, bf16, the mask helpers and the
 // error messages. Legend: B batch, H heads, Tq queries, Tk keys, Dh, Dv dims.
 #include <cmath>
 
-#include "src/ops/cpu/attention.h"
+#include "src/backend/cpu/nn/attention.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -99,8 +99,8 @@ struct KernelCase {
   int mask;
 };
 
-cpu::AttentionShape make_shape(const KernelCase& c, uint64_t seed) {
-  cpu::AttentionShape s{.B = c.B, .H = c.H, .Tq = c.Tq, .Tk = c.Tk, .Dh = c.Dh, .Dv = c.Dv,
+backend::cpu::AttentionShape make_shape(const KernelCase& c, uint64_t seed) {
+  backend::cpu::AttentionShape s{.B = c.B, .H = c.H, .Tq = c.Tq, .Tk = c.Tk, .Dh = c.Dh, .Dv = c.Dv,
                         .scale = 1.0 / std::sqrt(double(c.Dh)), .causal = c.causal};
   Tensor m;
   if (c.mask == 1) m = random_mask({c.B, 1, 1, c.Tk}, seed, 0.8);
@@ -126,13 +126,13 @@ TEST(AttentionKernels, FlashMatchesRef) {
       for (DType t : {kF32, kF64}) {
         SCOPED_TRACE(fmt::format("B {} H {} Tq {} Tk {} Dh {} Dv {} causal {} mask {} {}", c.B, c.H, c.Tq, c.Tk, c.Dh,
                                  c.Dv, c.causal, c.mask, name(t)));
-        const cpu::AttentionShape s = make_shape(c, ++seed);
+        const backend::cpu::AttentionShape s = make_shape(c, ++seed);
         Tensor q = random({c.B, c.H, c.Tq, c.Dh}, ++seed, t), k = random({c.B, c.H, c.Tk, c.Dh}, ++seed, t),
                v = random({c.B, c.H, c.Tk, c.Dv}, ++seed, t), g = random({c.B, c.H, c.Tq, c.Dv}, ++seed, t);
         Tensor o1 = empty({c.B, c.H, c.Tq, c.Dv}, {.dtype = t}), o2 = empty({c.B, c.H, c.Tq, c.Dv}, {.dtype = t});
         Tensor l1 = empty({c.B, c.H, c.Tq}, {.dtype = t}), l2 = empty({c.B, c.H, c.Tq}, {.dtype = t});
-        cpu::flash_attention_forward(s, q, k, v, o1, l1);
-        cpu::ref::flash_attention_forward(s, q, k, v, o2, l2);
+        backend::cpu::flash_attention_forward(s, q, k, v, o1, l1);
+        backend::cpu::ref::flash_attention_forward(s, q, k, v, o2, l2);
         const double tol = t == kF32 ? 2e-5 : 1e-12;
         EXPECT_TRUE(all_close(o1, o2, tol, tol)) << "out";
         EXPECT_TRUE(all_close(l1, l2, tol, tol)) << "lse";
@@ -140,8 +140,8 @@ TEST(AttentionKernels, FlashMatchesRef) {
                dv1 = empty(v.shape(), {.dtype = t});
         Tensor dq2 = empty(q.shape(), {.dtype = t}), dk2 = empty(k.shape(), {.dtype = t}),
                dv2 = empty(v.shape(), {.dtype = t});
-        cpu::flash_attention_backward(s, q, k, v, o2, g, l2, dq1, dk1, dv1);
-        cpu::ref::flash_attention_backward(s, q, k, v, o2, g, l2, dq2, dk2, dv2);
+        backend::cpu::flash_attention_backward(s, q, k, v, o2, g, l2, dq1, dk1, dv1);
+        backend::cpu::ref::flash_attention_backward(s, q, k, v, o2, g, l2, dq2, dk2, dv2);
         const double gtol = t == kF32 ? 1e-4 : 1e-11;
         EXPECT_TRUE(all_close(dq1, dq2, gtol, gtol)) << "dq";
         EXPECT_TRUE(all_close(dk1, dk2, gtol, gtol)) << "dk";
@@ -151,8 +151,8 @@ TEST(AttentionKernels, FlashMatchesRef) {
         for (const Tensor& gs : {noncontiguous(g), expand(random({1, 1, 1, c.Dv}, ++seed, t), g.shape())}) {
           Tensor gc = contiguous(gs);
           ASSERT_FALSE(gs.numel() > 1 && gs.is_contiguous());
-          cpu::flash_attention_backward(s, q, k, v, o2, gs, l2, dq1, dk1, dv1);
-          cpu::flash_attention_backward(s, q, k, v, o2, gc, l2, dq2, dk2, dv2);
+          backend::cpu::flash_attention_backward(s, q, k, v, o2, gs, l2, dq1, dk1, dv1);
+          backend::cpu::flash_attention_backward(s, q, k, v, o2, gc, l2, dq2, dk2, dv2);
           EXPECT_TRUE(testing::equal(dq1, dq2)) << "dq, strided dout";
           EXPECT_TRUE(testing::equal(dk1, dk2)) << "dk, strided dout";
           EXPECT_TRUE(testing::equal(dv1, dv2)) << "dv, strided dout";
@@ -165,7 +165,7 @@ TEST(AttentionKernels, ResultsDoNotDependOnThreadCount) {
   for_each_kernel_isa([&](KernelIsa) {
     const int before = get_num_threads();
     const KernelCase c{3, 2, 100, 90, 32, 32, true, 1};
-    const cpu::AttentionShape s = make_shape(c, 7);
+    const backend::cpu::AttentionShape s = make_shape(c, 7);
     Tensor q = random({c.B, c.H, c.Tq, c.Dh}, 1, kF32), k = random({c.B, c.H, c.Tk, c.Dh}, 2, kF32),
            v = random({c.B, c.H, c.Tk, c.Dv}, 3, kF32), g = random({c.B, c.H, c.Tq, c.Dv}, 4, kF32);
     std::vector<Tensor> results[2];
@@ -173,8 +173,8 @@ TEST(AttentionKernels, ResultsDoNotDependOnThreadCount) {
       set_num_threads(threads);
       Tensor o = empty({c.B, c.H, c.Tq, c.Dv}), l = empty({c.B, c.H, c.Tq});
       Tensor dq = empty(q.shape()), dk = empty(k.shape()), dv = empty(v.shape());
-      cpu::flash_attention_forward(s, q, k, v, o, l);
-      cpu::flash_attention_backward(s, q, k, v, o, g, l, dq, dk, dv);
+      backend::cpu::flash_attention_forward(s, q, k, v, o, l);
+      backend::cpu::flash_attention_backward(s, q, k, v, o, g, l, dq, dk, dv);
       results[threads - 1] = {o, l, dq, dk, dv};
     }
     set_num_threads(before);

@@ -3,8 +3,8 @@
 // kernel's result on the widened operands, rounded once to bf16; in native
 // mode (only where the CPU has bf16 instructions) the same within bf16's
 // rounding. Both stay on fast code (never oneDNN's reference kernels).
-#include "src/ops/cpu/conv.h"
-#include "src/ops/cpu/matmul.h"
+#include "src/backend/cpu/linalg/conv.h"
+#include "src/backend/cpu/linalg/matmul.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -43,12 +43,12 @@ TEST(Bf16Compute, F32ModeMatmulIsTheF32ProductRoundedOnce) {
   Tensor a = bf16_randn({3, 67, 129}, gen), bt = bf16_randn({45, 129}, gen), bias = bf16_randn({45}, gen);
   Tensor old = bf16_randn({3, 67, 45}, gen);
   Tensor got = old.clone();
-  cpu::matmul(a, bt.t(), got, {.bias = &bias, .alpha = 0.5, .beta = 2.0});
+  backend::cpu::matmul(a, bt.t(), got, {.bias = &bias, .alpha = 0.5, .beta = 2.0});
   EXPECT_EQ(got.dtype(), kBF16);
-  EXPECT_NE(cpu::last_matmul_impl(), "plain");
-  EXPECT_NE(cpu::last_matmul_impl().rfind("ref", 0), 0u) << cpu::last_matmul_impl();
+  EXPECT_NE(backend::cpu::last_matmul_impl(), "plain");
+  EXPECT_NE(backend::cpu::last_matmul_impl().rfind("ref", 0), 0u) << backend::cpu::last_matmul_impl();
   Tensor want32 = to(old, kF32), bias32 = to(bias, kF32);
-  cpu::matmul(to(a, kF32), to(bt, kF32).t(), want32, {.bias = &bias32, .alpha = 0.5, .beta = 2.0});
+  backend::cpu::matmul(to(a, kF32), to(bt, kF32).t(), want32, {.bias = &bias32, .alpha = 0.5, .beta = 2.0});
   EXPECT_TRUE(equal(got, to(want32, kBF16)));
 }
 
@@ -56,7 +56,7 @@ TEST(Bf16Compute, MatmulMatchesTheReferenceInEveryMode) {
   Generator gen(2);
   Tensor a = bf16_randn({130, 257}, gen), b = bf16_randn({257, 96}, gen);
   Tensor want = zeros({130, 96}, {.dtype = kBF16});
-  cpu::ref::matmul(a, b, want);
+  backend::cpu::ref::matmul(a, b, want);
   for (Bf16Compute m : supported_modes()) {
     Bf16Mode mode(m);
     Tensor got = matmul(a, b);
@@ -69,27 +69,27 @@ TEST(Bf16Compute, MatmulMatchesTheReferenceInEveryMode) {
 TEST(Bf16Compute, F32ModeConvolutionIsTheF32ConvolutionRoundedOnce) {
   Bf16Mode mode(Bf16Compute::f32);
   Generator gen(3);
-  cpu::ConvGeom g;
+  backend::cpu::ConvGeom g;
   g.B = 2, g.C = 8, g.O = 16, g.H = g.W = 12, g.OH = g.OW = 12, g.KH = g.KW = 3, g.pt = g.pl = g.pb = g.pr = 1;
   Tensor x = bf16_randn({2, 8, 12, 12}, gen), w = bf16_randn({16, 8, 3, 3}, gen), b = bf16_randn({16}, gen);
   Tensor dy = bf16_randn({2, 16, 12, 12}, gen);
   Tensor x32 = to(x, kF32), w32 = to(w, kF32), b32 = to(b, kF32), dy32 = to(dy, kF32);
 
   Tensor y = empty({2, 16, 12, 12}, {.dtype = kBF16}), y32 = empty({2, 16, 12, 12});
-  cpu::conv_forward(g, x, w, &b, y);
-  EXPECT_NE(cpu::last_conv_impl(), "ref");
-  cpu::conv_forward(g, x32, w32, &b32, y32);
+  backend::cpu::conv_forward(g, x, w, &b, y);
+  EXPECT_NE(backend::cpu::last_conv_impl(), "ref");
+  backend::cpu::conv_forward(g, x32, w32, &b32, y32);
   EXPECT_TRUE(equal(y, to(y32, kBF16))) << "forward";
 
   Tensor dx = empty(x.shape(), {.dtype = kBF16}), dx32 = empty(x.shape());
-  cpu::conv_backward_data(g, dy, w, nullptr, dx);
-  cpu::conv_backward_data(g, dy32, w32, nullptr, dx32);
+  backend::cpu::conv_backward_data(g, dy, w, nullptr, dx);
+  backend::cpu::conv_backward_data(g, dy32, w32, nullptr, dx32);
   EXPECT_TRUE(equal(dx, to(dx32, kBF16))) << "backward data";
 
   Tensor dw = empty(w.shape(), {.dtype = kBF16}), db = empty({16}, {.dtype = kBF16});
   Tensor dw32 = empty(w.shape()), db32 = empty({16});
-  cpu::conv_backward_weights(g, x, dy, dw, &db);
-  cpu::conv_backward_weights(g, x32, dy32, dw32, &db32);
+  backend::cpu::conv_backward_weights(g, x, dy, dw, &db);
+  backend::cpu::conv_backward_weights(g, x32, dy32, dw32, &db32);
   EXPECT_TRUE(equal(dw, to(dw32, kBF16))) << "backward weights";
   EXPECT_TRUE(equal(db, to(db32, kBF16))) << "backward bias";
 }

@@ -1,12 +1,13 @@
 // Tests of the binary elementwise ops of kiln/ops/binary.h: PyTorch goldens
 // (promotion, broadcasting, scalar forms, comparisons, selection), the fast
-// kernels against cpu::ref on awkward layouts, in-place semantics, gradchecks
+// kernels against backend::cpu::ref on awkward layouts, in-place semantics, gradchecks
 // in f64 and error messages.
 #include <cmath>
 #include <functional>
 #include <map>
 
-#include "src/ops/cpu/elementwise.h"
+#include "src/backend/cpu/elementwise/elementwise.h"
+#include "tests/support/devices.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -70,13 +71,13 @@ const std::map<std::string, Op>& binary_ops() {
   return ops;
 }
 
-std::vector<Arg> parse_args(const nlohmann::json& args, bool make_noncontiguous) {
+std::vector<Arg> parse_args(const nlohmann::json& args, bool make_noncontiguous, Device device) {
   const auto& inputs = golden("elementwise_inputs");
   std::vector<Arg> out;
   for (const auto& a : args) {
     if (a.is_string()) {
       Tensor t = golden_tensor(inputs.at(a.get<std::string>()));
-      out.push_back({make_noncontiguous ? noncontiguous(t) : t, 0});
+      out.push_back({to(make_noncontiguous ? noncontiguous(t) : t, device), 0});
     } else if (a.is_number_integer()) {
       out.push_back({Tensor(), Scalar(a.get<int64_t>())});
     } else {
@@ -86,8 +87,10 @@ std::vector<Arg> parse_args(const nlohmann::json& args, bool make_noncontiguous)
   return out;
 }
 
-// Runs every case of a golden file with contiguous and non-contiguous inputs.
+// Runs every case of a golden file with contiguous and non-contiguous inputs,
+// on every device of the build.
 void check_golden_file(const char* file) {
+  for_each_device([&](Device d) {
   int n = 0;
   for (const auto& c : golden(file)) {
     std::string op = c.at("op");
@@ -96,13 +99,16 @@ void check_golden_file(const char* file) {
     Tensor want = golden_tensor(c.at("out"));
     double rtol = want.dtype() == kBF16 ? 1e-2 : 2e-6;
     for (bool nc : {false, true}) {
-      Tensor got = it->second(parse_args(c.at("args"), nc));
+      Tensor got = it->second(parse_args(c.at("args"), nc, d));
+      EXPECT_EQ(got.device(), d) << op;
+      got = to(got, kCPU);
       EXPECT_EQ(got.dtype(), want.dtype()) << op << " " << c.at("args").dump();
       EXPECT_TRUE(all_close(got, want, rtol, 1e-6)) << op << " " << c.at("args").dump() << (nc ? " (non-contiguous)" : "");
     }
     ++n;
   }
   EXPECT_GT(n, 5);
+  });
 }
 
 TEST(BinaryGolden, ArithmeticPromotionAndScalars) { check_golden_file("elementwise_binary"); }
@@ -207,38 +213,38 @@ std::vector<Layout> layouts() {
   return all_close(fast, ref, fast.dtype() == kBF16 ? 1e-2 : 1e-5, 1e-6);
 }
 
-bool float_only(cpu::BinaryOp op) {
-  using B = cpu::BinaryOp;
+bool float_only(backend::cpu::BinaryOp op) {
+  using B = backend::cpu::BinaryOp;
   return op == B::div || op >= B::tanh_backward;
 }
 
 TEST(BinaryKernel, FastMatchesRefForEveryOp) {
   for_each_kernel_isa([&](KernelIsa) {
-    for (int k = 0; k < cpu::kNumBinaryOps; ++k) {
-      auto op = cpu::BinaryOp(k);
+    for (int k = 0; k < backend::cpu::kNumBinaryOps; ++k) {
+      auto op = backend::cpu::BinaryOp(k);
       for (DType t : {kF32, kF64, kBF16, kI64, kI32, kU8, kBool}) {
         if (float_only(op) && !is_floating(t)) continue;
-        if (op == cpu::BinaryOp::pow && !is_floating(t) && t != kBool) continue;  // wraps: checked below
-        cpu::OpParams p = op == cpu::BinaryOp::isclose ? cpu::OpParams{1e-2, 1e-3}
-                          : op == cpu::BinaryOp::softplus_backward ? cpu::OpParams{1.5, 2.0}
-                          : op == cpu::BinaryOp::leaky_relu_backward ? cpu::OpParams{0.1, 0}
-                          : op == cpu::BinaryOp::add || op == cpu::BinaryOp::sub ? cpu::OpParams{2, 0}
-                                                                                  : cpu::OpParams{};
+        if (op == backend::cpu::BinaryOp::pow && !is_floating(t) && t != kBool) continue;  // wraps: checked below
+        backend::cpu::OpParams p = op == backend::cpu::BinaryOp::isclose ? backend::cpu::OpParams{1e-2, 1e-3}
+                          : op == backend::cpu::BinaryOp::softplus_backward ? backend::cpu::OpParams{1.5, 2.0}
+                          : op == backend::cpu::BinaryOp::leaky_relu_backward ? backend::cpu::OpParams{0.1, 0}
+                          : op == backend::cpu::BinaryOp::add || op == backend::cpu::BinaryOp::sub ? backend::cpu::OpParams{2, 0}
+                                                                                  : backend::cpu::OpParams{};
         for (const Layout& l : layouts()) {
           if (std::string(l.name) == "large" && t != kF32) continue;  // chunking does not depend on dtype
           Tensor a = l.a(t, 11 + k), b = l.b(t, 17 + k);
-          if (op == cpu::BinaryOp::pow && is_floating(t)) a = abs(a);
+          if (op == backend::cpu::BinaryOp::pow && is_floating(t)) a = abs(a);
           Shape s = broadcast_shapes("test", a.shape(), b.shape());
-          DType ot = cpu::is_predicate(op) ? kBool : t;
+          DType ot = backend::cpu::is_predicate(op) ? kBool : t;
           Tensor fast = empty(s, {.dtype = ot}), slow = empty(s, {.dtype = ot});
-          cpu::binary(op, fast, a, b, p);
-          cpu::ref::binary(op, slow, a, b, p);
+          backend::cpu::binary(op, fast, a, b, p);
+          backend::cpu::ref::binary(op, slow, a, b, p);
           EXPECT_TRUE(same_result(fast, slow)) << "op #" << k << " " << name(t) << " " << l.name;
           // Scalar operand on either side.
           Tensor f2 = empty(b.shape(), {.dtype = ot}), s2 = empty(b.shape(), {.dtype = ot});
           for (bool rev : {false, true}) {
-            cpu::binary_scalar(op, f2, b, 2, rev, p);
-            cpu::ref::binary_scalar(op, s2, b, 2, rev, p);
+            backend::cpu::binary_scalar(op, f2, b, 2, rev, p);
+            backend::cpu::ref::binary_scalar(op, s2, b, 2, rev, p);
             EXPECT_TRUE(same_result(f2, s2)) << "scalar op #" << k << " " << name(t) << " " << l.name << " rev " << rev;
           }
         }
@@ -251,8 +257,8 @@ TEST(BinaryKernel, IntegerPowFastMatchesRef) {
   for_each_kernel_isa([&](KernelIsa) {
     Tensor a = random_of({4, 5}, kI64, 3), b = abs(random_of({5}, kI64, 4));
     Tensor fast = empty({4, 5}, {.dtype = kI64}), slow = empty({4, 5}, {.dtype = kI64});
-    cpu::binary(cpu::BinaryOp::pow, fast, a, b);
-    cpu::ref::binary(cpu::BinaryOp::pow, slow, a, b);
+    backend::cpu::binary(backend::cpu::BinaryOp::pow, fast, a, b);
+    backend::cpu::ref::binary(backend::cpu::BinaryOp::pow, slow, a, b);
     EXPECT_TRUE(same_result(fast, slow));
   });
 }
@@ -265,8 +271,8 @@ TEST(BinaryKernel, WhereFastMatchesRef) {
         Shape s = broadcast_shapes("test", a.shape(), b.shape());
         Tensor c = random_of(s.size() > 1 ? Shape{s[s.size() - 1]} : s, kBool, 7);
         Tensor fast = empty(s, {.dtype = t}), slow = empty(s, {.dtype = t});
-        cpu::where(fast, c, a, b);
-        cpu::ref::where(slow, c, a, b);
+        backend::cpu::where(fast, c, a, b);
+        backend::cpu::ref::where(slow, c, a, b);
         EXPECT_TRUE(same_result(fast, slow)) << name(t) << " " << l.name;
       }
     }

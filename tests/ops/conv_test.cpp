@@ -1,11 +1,12 @@
 // Tests of conv1d/conv2d/conv_transpose1d/conv_transpose2d: PyTorch goldens
-// (values and gradients), the oneDNN kernels against cpu::ref on random
+// (values and gradients), the oneDNN kernels against backend::cpu::ref on random
 // geometries, the primitive and weight-reorder caches, gradchecks in f64
 // (first and second order) and error messages.
 #include <functional>
 
-#include "src/ops/cpu/conv.h"
+#include "src/backend/cpu/linalg/conv.h"
 #include "tests/ops/window_args.h"
+#include "tests/support/devices.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -35,6 +36,7 @@ Tensor call_conv(const std::string& op, const json& a, const Tensor& x, const Te
 }
 
 void check_goldens(const std::string& file, size_t expected_cases) {
+  for_each_device([&](Device d) {
   size_t seen = 0;
   for (const json& c : golden(file).at("cases")) {
     const std::string name = c.at("name").get<std::string>(), op = c.at("op").get<std::string>();
@@ -46,20 +48,23 @@ void check_goldens(const std::string& file, size_t expected_cases) {
       Tensor x = golden_tensor(in.at("x")), w = golden_tensor(in.at("w"));
       Tensor b = in.contains("b") ? golden_tensor(in.at("b")) : Tensor();
       if (nc) x = noncontiguous(x), w = noncontiguous(w);
+      x = to(x, d), w = to(w, d), b = b.defined() ? to(b, d) : b;
       x.requires_grad_(), w.requires_grad_();
       if (b.defined()) b.requires_grad_();
       Tensor y = call_conv(op, c.at("args"), x, w, b);
-      EXPECT_TRUE(all_close(y, golden_tensor(c.at("out")), 1e-4, 1e-5)) << "forward";
-      sum(y * golden_tensor(c.at("c"))).backward();
+      EXPECT_EQ(y.device(), d);
+      EXPECT_TRUE(all_close(to(y, kCPU), golden_tensor(c.at("out")), 1e-4, 1e-5)) << "forward";
+      sum(y * to(golden_tensor(c.at("c")), d)).backward();
       const json& g = c.at("grads");
-      EXPECT_TRUE(all_close(x.grad(), golden_tensor(g.at("x")), 1e-4, 1e-5)) << "grad x";
-      EXPECT_TRUE(all_close(w.grad(), golden_tensor(g.at("w")), 1e-4, 1e-5)) << "grad w";
+      EXPECT_TRUE(all_close(to(x.grad(), kCPU), golden_tensor(g.at("x")), 1e-4, 1e-5)) << "grad x";
+      EXPECT_TRUE(all_close(to(w.grad(), kCPU), golden_tensor(g.at("w")), 1e-4, 1e-5)) << "grad w";
       if (b.defined()) {
-        EXPECT_TRUE(all_close(b.grad(), golden_tensor(g.at("b")), 1e-4, 1e-5)) << "grad b";
+        EXPECT_TRUE(all_close(to(b.grad(), kCPU), golden_tensor(g.at("b")), 1e-4, 1e-5)) << "grad b";
       }
     }
   }
   EXPECT_EQ(seen, expected_cases);
+  });
 }
 
 TEST(ConvGolden, ForwardAndGradsMatchPyTorch) { check_goldens("conv", 10); }
@@ -67,9 +72,9 @@ TEST(ConvGolden, TransposeForwardAndGradsMatchPyTorch) { check_goldens("conv_tra
 
 // ---- oneDNN kernels against the plain loops ----
 
-cpu::ConvGeom random_geom(Generator& gen, uint64_t i) {
+backend::cpu::ConvGeom random_geom(Generator& gen, uint64_t i) {
   auto pick = [&](int64_t lo, int64_t hi) { return lo + int64_t(randint(0, hi - lo + 1, {}, gen).item<int64_t>()); };
-  cpu::ConvGeom g;
+  backend::cpu::ConvGeom g;
   g.groups = (i % 3 == 0) ? pick(2, 3) : 1;
   g.B = pick(1, 3);
   g.C = g.groups * pick(1, 4);
@@ -90,7 +95,7 @@ TEST(ConvKernels, OneDnnMatchesRef) {
   Generator gen(7);
   int dnnl_runs = 0;
   for (uint64_t i = 0; i < 48; ++i) {
-    cpu::ConvGeom g = random_geom(gen, i);
+    backend::cpu::ConvGeom g = random_geom(gen, i);
     if (i >= 40) {  // 16+ channels per group: oneDNN's blocked layouts and the reorders around them
       g.C *= 16, g.O *= 16;
       if (i % 2) g.B = 1, g.H = std::max<int64_t>(g.H, 5), g.W = std::max<int64_t>(g.W, 5), g.pt = g.pl = g.pb = g.pr = 1,
@@ -102,17 +107,17 @@ TEST(ConvKernels, OneDnnMatchesRef) {
     Tensor w = randn({g.O, g.C / g.groups, g.KH, g.KW}, gen), bo = randn({g.O}, gen), bc = randn({g.C}, gen);
     if (i % 4 == 1) large = noncontiguous(large), w = noncontiguous(w);
     Tensor a = empty({g.B, g.O, g.OH, g.OW}), r = empty({g.B, g.O, g.OH, g.OW});
-    cpu::conv_forward(g, large, w, i % 2 ? &bo : nullptr, a);
-    dnnl_runs += cpu::last_conv_impl() != "ref";
-    cpu::ref::conv_forward(g, large, w, i % 2 ? &bo : nullptr, r);
+    backend::cpu::conv_forward(g, large, w, i % 2 ? &bo : nullptr, a);
+    dnnl_runs += backend::cpu::last_conv_impl() != "ref";
+    backend::cpu::ref::conv_forward(g, large, w, i % 2 ? &bo : nullptr, r);
     EXPECT_TRUE(all_close(a, r, 1e-4, 1e-4)) << "forward";
     Tensor ad = empty({g.B, g.C, g.H, g.W}), rd = empty({g.B, g.C, g.H, g.W});
-    cpu::conv_backward_data(g, small, w, i % 2 ? &bc : nullptr, ad);
-    cpu::ref::conv_backward_data(g, small, w, i % 2 ? &bc : nullptr, rd);
+    backend::cpu::conv_backward_data(g, small, w, i % 2 ? &bc : nullptr, ad);
+    backend::cpu::ref::conv_backward_data(g, small, w, i % 2 ? &bc : nullptr, rd);
     EXPECT_TRUE(all_close(ad, rd, 1e-4, 1e-4)) << "backward data";
     Tensor aw = empty(w.shape()), rw = empty(w.shape()), ab = empty({g.O}), rb = empty({g.O});
-    cpu::conv_backward_weights(g, large, small, aw, &ab);
-    cpu::ref::conv_backward_weights(g, large, small, rw, &rb);
+    backend::cpu::conv_backward_weights(g, large, small, aw, &ab);
+    backend::cpu::ref::conv_backward_weights(g, large, small, rw, &rb);
     EXPECT_TRUE(all_close(aw, rw, 1e-4, 1e-4)) << "backward weights";
     EXPECT_TRUE(all_close(ab, rb, 1e-4, 1e-4)) << "backward bias";
   }
@@ -123,8 +128,8 @@ TEST(ConvKernels, F32RunsOnOneDnnAndBf16IsClose) {
   Generator gen(3);
   Tensor x = randn({4, 8, 12, 12}, gen), w = randn({16, 8, 3, 3}, gen), b = randn({16}, gen);
   Tensor y = conv2d(x, w, b, 1, 1);
-  EXPECT_NE(cpu::last_conv_impl(), "ref");
-  EXPECT_EQ(cpu::last_conv_impl().find("ref"), std::string::npos) << cpu::last_conv_impl();
+  EXPECT_NE(backend::cpu::last_conv_impl(), "ref");
+  EXPECT_EQ(backend::cpu::last_conv_impl().find("ref"), std::string::npos) << backend::cpu::last_conv_impl();
   Tensor yb = conv2d(to(x, kBF16), to(w, kBF16), to(b, kBF16), 1, 1);
   EXPECT_EQ(yb.dtype(), kBF16);
   EXPECT_TRUE(all_close(to(yb, kF32), y, 3e-2, 0.15));
@@ -150,9 +155,9 @@ TEST(ConvKernels, PrimitivesAndReorderedWeightsAreCached) {
   Generator gen(4);
   Tensor x = randn({2, 16, 10, 10}, gen), w = randn({32, 16, 3, 3}, gen);
   conv2d(x, w, {}, 1, 1);
-  const auto s0 = cpu::conv_cache_stats();
+  const auto s0 = backend::cpu::conv_cache_stats();
   conv2d(x, w, {}, 1, 1);
-  const auto s1 = cpu::conv_cache_stats();
+  const auto s1 = backend::cpu::conv_cache_stats();
   EXPECT_EQ(s1.hits, s0.hits + 1);
   EXPECT_EQ(s1.misses, s0.misses);
   EXPECT_EQ(s1.weight_reorders, s0.weight_reorders) << "an unchanged weight is not reordered again";
@@ -162,12 +167,12 @@ TEST(ConvKernels, PrimitivesAndReorderedWeightsAreCached) {
     mul_(w, 2.0);  // bumps the version: the held reorder is stale
   }
   Tensor y = conv2d(x, w, {}, 1, 1);
-  const auto s2 = cpu::conv_cache_stats();
+  const auto s2 = backend::cpu::conv_cache_stats();
   EXPECT_GT(s0.weight_reorders, 0) << "16+ channels use blocked weights";
   EXPECT_EQ(s2.weight_reorders, s1.weight_reorders + 1);
   Tensor r = empty(y.shape());
-  cpu::ConvGeom g{2, 16, 32, 1, 10, 10, 10, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
-  cpu::ref::conv_forward(g, x, w, nullptr, r);
+  backend::cpu::ConvGeom g{2, 16, 32, 1, 10, 10, 10, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  backend::cpu::ref::conv_forward(g, x, w, nullptr, r);
   EXPECT_TRUE(all_close(y, r, 1e-4, 1e-4)) << "the updated weight is used";
 }
 
@@ -182,15 +187,15 @@ TEST(ConvKernels, InPlaceWritesInvalidateReorderedInputs) {
   }
   Tensor y1 = conv2d(x, w, {}, 1, 1);
   Tensor r = empty(y1.shape());
-  cpu::ConvGeom g{2, 16, 16, 1, 6, 6, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
-  cpu::ref::conv_forward(g, x, w, nullptr, r);
+  backend::cpu::ConvGeom g{2, 16, 16, 1, 6, 6, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  backend::cpu::ref::conv_forward(g, x, w, nullptr, r);
   EXPECT_TRUE(all_close(y1, r, 1e-4, 1e-4)) << "the updated input is used";
   EXPECT_FALSE(all_close(y0, y1, 1e-4, 1e-4));
   // A new tensor that reuses freed memory is not mistaken for the old one.
   for (int i = 0; i < 3; ++i) {
     Tensor xi = randn({2, 16, 6, 6}, gen);
     Tensor yi = conv2d(xi, w, {}, 1, 1);
-    cpu::ref::conv_forward(g, xi, w, nullptr, r);
+    backend::cpu::ref::conv_forward(g, xi, w, nullptr, r);
     EXPECT_TRUE(all_close(yi, r, 1e-4, 1e-4)) << "fresh input " << i;
   }
 }
@@ -318,13 +323,13 @@ TEST(Conv, F32GeometriesReachOneDnn) {
   Generator gen(11);
   Tensor x = randn({2, 3, 8, 7}, gen).requires_grad_(), w = randn({4, 3, 2, 3}, gen).requires_grad_();
   Tensor y = conv2d(x, w, {}, 3, {1, 0});  // rows and columns left over at the end
-  EXPECT_NE(cpu::last_conv_impl(), "ref");
+  EXPECT_NE(backend::cpu::last_conv_impl(), "ref");
   y.backward(ones_like(y));
-  EXPECT_NE(cpu::last_conv_impl(), "ref");
+  EXPECT_NE(backend::cpu::last_conv_impl(), "ref");
   conv2d(x, w, {}, 1, "same", {2, 1});
-  EXPECT_NE(cpu::last_conv_impl(), "ref");
+  EXPECT_NE(backend::cpu::last_conv_impl(), "ref");
   Tensor t = conv_transpose2d(randn({2, 3, 4, 5}, gen), randn({3, 2, 3, 3}, gen), {}, 2, 1, 1);
-  EXPECT_NE(cpu::last_conv_impl(), "ref");
+  EXPECT_NE(backend::cpu::last_conv_impl(), "ref");
   EXPECT_EQ(t.shape(), (Shape{2, 2, 8, 10}));
 }
 

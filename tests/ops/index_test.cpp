@@ -1,9 +1,9 @@
 // Tests of the indexing ops of kiln/ops/index.h (gather, scatter, scatter_add,
 // index_select, index_add, embedding, one_hot): PyTorch goldens, fast kernels
-// against the cpu::ref loops on awkward layouts, gradchecks in f64, errors.
+// against the backend::cpu::ref loops on awkward layouts, gradchecks in f64, errors.
 #include <functional>
 
-#include "src/ops/cpu/index.h"
+#include "src/backend/cpu/index/index.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -135,8 +135,8 @@ TEST(IndexKernels, GatherMatchesReference) {
         for (const Tensor& xl : layouts(x))
           for (const Tensor& il : layouts(index)) {
             Tensor fast = empty(is, {.dtype = dt}), ref = empty(is, {.dtype = dt});
-            cpu::gather(xl, dim, il, fast);
-            cpu::ref::gather(xl, dim, il, ref);
+            backend::cpu::gather(xl, dim, il, fast);
+            backend::cpu::ref::gather(xl, dim, il, ref);
             ASSERT_TRUE(equal(fast, ref)) << name(dt) << " " << to_string(shape) << " dim " << dim;
           }
       }
@@ -153,15 +153,15 @@ TEST(IndexKernels, ScatterMatchesReference) {
       is[size_t(dim)] = shape[size_t(dim)] * 2;  // many duplicates along dim
       Tensor index = random_index(shape[size_t(dim)], is, 3);
       Tensor src = random_values(is, 4, dt);
-      for (auto mode : {cpu::ScatterMode::assign, cpu::ScatterMode::add})
+      for (auto mode : {backend::cpu::ScatterMode::assign, backend::cpu::ScatterMode::add})
         for (const Tensor& il : layouts(index))
           for (const Tensor& sl : layouts(src)) {
             Tensor base = random_values(shape, 5, dt);
             Tensor fast = clone(base), ref = clone(base);
             Tensor fast_nc = layouts(base)[1];  // writes through a non-contiguous out too
-            cpu::scatter(fast, dim, il, sl, mode);
-            cpu::scatter(fast_nc, dim, il, sl, mode);
-            cpu::ref::scatter(ref, dim, il, sl, mode);
+            backend::cpu::scatter(fast, dim, il, sl, mode);
+            backend::cpu::scatter(fast_nc, dim, il, sl, mode);
+            backend::cpu::ref::scatter(ref, dim, il, sl, mode);
             ASSERT_TRUE(equal(fast, ref)) << name(dt) << " " << to_string(shape) << " dim " << dim;
             ASSERT_TRUE(equal(fast_nc, ref)) << name(dt) << " " << to_string(shape) << " dim " << dim;
           }
@@ -182,8 +182,8 @@ TEST(IndexKernels, IndexSelectMatchesReference) {
         for (const Tensor& xl : layouts(x))
           for (const Tensor& il : {index, slice(repeat(index, {2}), 0, 0, 2 * index.numel(), 2)}) {
             Tensor fast = empty(os, {.dtype = dt}), ref = empty(os, {.dtype = dt});
-            cpu::index_select(xl, dim, il, fast);
-            cpu::ref::index_select(xl, dim, il, ref);
+            backend::cpu::index_select(xl, dim, il, fast);
+            backend::cpu::ref::index_select(xl, dim, il, ref);
             ASSERT_TRUE(equal(fast, ref)) << name(dt) << " " << to_string(shape) << " dim " << dim;
           }
       }

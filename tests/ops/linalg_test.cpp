@@ -7,7 +7,8 @@
 
 #include <functional>
 
-#include "src/ops/cpu/matmul.h"
+#include "src/backend/cpu/linalg/matmul.h"
+#include "tests/support/devices.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -111,16 +112,17 @@ Tensor run_case(const std::string& name, const std::vector<Tensor>& in) {
 TEST(LinalgGolden, ForwardMatchesTorch) {
   const auto& cases = golden("linalg").at("cases");
   ASSERT_GE(cases.size(), 17u);
+  for_each_device([&](Device d) {
   for (const auto& c : cases) {
     std::string name = c.at("name").get<std::string>();
     std::vector<Tensor> in, in_nc;
     for (const auto& j : c.at("inputs")) {
-      in.push_back(golden_tensor(j));
+      in.push_back(to(golden_tensor(j), d));
       in_nc.push_back(noncontiguous(in.back()));
     }
     Tensor want = golden_tensor(c.at("out"));
-    EXPECT_TRUE(all_close(run_case(name, in), want, 1e-6, 1e-6)) << name;
-    EXPECT_TRUE(all_close(run_case(name, in_nc), want, 1e-6, 1e-6)) << name << " (non-contiguous inputs)";
+    EXPECT_TRUE(all_close(to(run_case(name, in), kCPU), want, 1e-6, 1e-6)) << name;
+    EXPECT_TRUE(all_close(to(run_case(name, in_nc), kCPU), want, 1e-6, 1e-6)) << name << " (non-contiguous inputs)";
     // The same in f64 (plain kernel) and bf16 (oneDNN bf16; grid values are exact in bf16).
     std::vector<Tensor> in64, in16;
     for (const Tensor& t : in) {
@@ -129,9 +131,11 @@ TEST(LinalgGolden, ForwardMatchesTorch) {
     }
     Tensor got64 = run_case(name, in64);
     EXPECT_EQ(got64.dtype(), kF64) << name;
-    EXPECT_TRUE(all_close(got64, want, 1e-12, 1e-12)) << name << " (f64)";
-    EXPECT_TRUE(all_close(run_case(name, in16), want, 1e-2, 1e-2)) << name << " (bf16)";
+    EXPECT_EQ(got64.device(), d) << name;
+    EXPECT_TRUE(all_close(to(got64, kCPU), want, 1e-12, 1e-12)) << name << " (f64)";
+    EXPECT_TRUE(all_close(to(run_case(name, in16), kCPU), want, 1e-2, 1e-2)) << name << " (bf16)";
   }
+  });
 }
 
 TEST(LinalgGolden, LinearGradientsMatchTorch) {
@@ -180,18 +184,18 @@ TEST(LinalgKernel, FastMatchesReferenceOverShapesLayoutsAndDtypes) {
       Tensor a0 = random(d.a, ++seed, dt), b0 = random(d.b, ++seed, dt);
       Shape os = product_shape(d.a, d.b);
       Tensor want = zeros(os, {.dtype = dt});
-      cpu::ref::matmul(a0, b0, want);
+      backend::cpu::ref::matmul(a0, b0, want);
       for (Layout la : layouts) {
         for (Layout lb : layouts) {
           if (dt != kF32 && la != lb) continue;  // every pairing in f32, matching layouts elsewhere
           Tensor a = in_layout(a0, la), b = in_layout(b0, lb);
           Tensor got = full(os, 7, {.dtype = dt});  // beta == 0 must ignore old values
-          cpu::matmul(a, b, got);
+          backend::cpu::matmul(a, b, got);
           EXPECT_TRUE(close_for(dt, got, want, d.a[d.a.size() - 1]))
               << name(dt) << " a " << to_string(d.a) << " (" << layout_name(la) << ") b " << to_string(d.b) << " ("
               << layout_name(lb) << ")";
           if (dt == kF32 || dt == kBF16) {
-            EXPECT_NE(cpu::last_matmul_impl().rfind("ref", 0), 0u) << "oneDNN fell back to reference code";
+            EXPECT_NE(backend::cpu::last_matmul_impl().rfind("ref", 0), 0u) << "oneDNN fell back to reference code";
           }
           ++checked;
         }
@@ -219,10 +223,10 @@ TEST(LinalgKernel, EpilogueBiasAlphaBetaMatchReference) {
       if (fp) variants.push_back({nullptr, 2.5, 0.5});
       else variants.push_back({nullptr, 3, -2});
       for (const Variant& v : variants) {
-        cpu::MatmulEpilogue ep{v.bias, v.alpha, v.beta};
+        backend::cpu::MatmulEpilogue ep{v.bias, v.alpha, v.beta};
         Tensor got = init.clone(), want = init.clone();
-        cpu::matmul(a, b, got, ep);
-        cpu::ref::matmul(a, b, want, ep);
+        backend::cpu::matmul(a, b, got, ep);
+        backend::cpu::ref::matmul(a, b, want, ep);
         EXPECT_TRUE(close_for(dt, got, want, d.a[d.a.size() - 1]))
             << name(dt) << " " << to_string(d.a) << " x " << to_string(d.b) << " bias " << (v.bias != nullptr)
             << " alpha " << v.alpha.to_double() << " beta " << v.beta.to_double();
@@ -242,7 +246,7 @@ TEST(LinalgKernel, ExpandedOperands) {
     };
     for (const Case& c : {Case{a, b}, Case{rows, random({5, 3}, 5, dt)}, Case{rows, scalar}, Case{a, scalar}}) {
       Tensor want = zeros(product_shape(c.a.shape(), c.b.shape()), {.dtype = dt});
-      cpu::ref::matmul(c.a, c.b, want);
+      backend::cpu::ref::matmul(c.a, c.b, want);
       EXPECT_TRUE(close_for(dt, matmul(c.a, c.b), want, 5))
           << name(dt) << " " << to_string(c.a.shape()) << " x " << to_string(c.b.shape());
     }
@@ -255,8 +259,8 @@ TEST(LinalgKernel, LargeF32AndBf16OnAllThreads) {
   for (DType dt : {kF32, kBF16}) {
     Tensor ac = to(a, dt), bc = to(b, dt);
     Tensor want = zeros({2, 257, 203}, {.dtype = dt}), got = empty({2, 257, 203}, {.dtype = dt});
-    cpu::ref::matmul(ac, bc, want);
-    cpu::matmul(ac, in_layout(bc, Layout::transposed), got);
+    backend::cpu::ref::matmul(ac, bc, want);
+    backend::cpu::matmul(ac, in_layout(bc, Layout::transposed), got);
     EXPECT_TRUE(close_for(dt, got, want, 301)) << name(dt);
   }
 }
@@ -275,14 +279,14 @@ TEST(LinalgKernel, TransposedOperandsAreNotCopied) {
   // oneDNN's implementation depends on the ISA (brgemm on AVX-512, gemm:jit on
   // AVX2); whichever it is, it must not be the reference code or kiln's plain
   // fallback, and on AVX-512 it is the brgemm kernel.
-  const std::string impl = cpu::last_matmul_impl();
+  const std::string impl = backend::cpu::last_matmul_impl();
   EXPECT_NE(impl.rfind("ref", 0), 0u) << impl;
   EXPECT_NE(impl, "plain");
   if (dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core) {  // the CPU's, or ONEDNN_MAX_CPU_ISA's cap
     EXPECT_EQ(impl.rfind("brg", 0), 0u) << impl;
   }
   Tensor want = zeros({64, 8});
-  cpu::ref::matmul(at, b, want);
+  backend::cpu::ref::matmul(at, b, want);
   EXPECT_TRUE(all_close(out, want, 1e-4, 1e-3));
 }
 
@@ -314,16 +318,16 @@ TEST(LinalgKernel, PrimitiveCacheHitsOnRepeatedShapes) {
   // Shapes above the small-product threshold (2^15 multiply-adds), which run on oneDNN.
   Tensor a = random({67, 71}, 5), b = random({71, 73}, 6);
   matmul(a, b);
-  cpu::MatmulCacheStats s0 = cpu::matmul_cache_stats();
+  backend::cpu::MatmulCacheStats s0 = backend::cpu::matmul_cache_stats();
   for (int i = 0; i < 5; ++i) matmul(a, b);
-  cpu::MatmulCacheStats s1 = cpu::matmul_cache_stats();
+  backend::cpu::MatmulCacheStats s1 = backend::cpu::matmul_cache_stats();
   EXPECT_EQ(s1.hits - s0.hits, 5);
   EXPECT_EQ(s1.misses, s0.misses);
   matmul(a, random({71, 79}, 7));  // a new shape: one miss
-  EXPECT_EQ(cpu::matmul_cache_stats().misses, s1.misses + 1);
+  EXPECT_EQ(backend::cpu::matmul_cache_stats().misses, s1.misses + 1);
   // The cache is bounded.
   for (int n = 1; n <= 140; ++n) matmul(random({40, 40}, 8), random({40, 30 + n}, 9));
-  EXPECT_LE(cpu::matmul_cache_stats().size, 128);
+  EXPECT_LE(backend::cpu::matmul_cache_stats().size, 128);
 }
 
 TEST(LinalgKernel, SmallF32ProductsSkipOneDnnAndMatchReference) {
@@ -349,14 +353,14 @@ TEST(LinalgKernel, SmallF32ProductsSkipOneDnnAndMatchReference) {
       for (Layout lb : layouts) {
         Tensor a = in_layout(a0, la), b = in_layout(b0, lb);
         for (int variant = 0; variant < 3; ++variant) {
-          cpu::MatmulEpilogue ep;
+          backend::cpu::MatmulEpilogue ep;
           if (variant == 1) ep.bias = &bias;
           if (variant == 2) ep.alpha = 2.5, ep.beta = 0.5;
           Tensor got = variant == 2 ? init.clone() : full({d.M, d.N}, 7.0);  // beta == 0 ignores old values
           Tensor want = variant == 2 ? init.clone() : zeros({d.M, d.N});
-          cpu::matmul(a, b, got, ep);
-          EXPECT_EQ(cpu::last_matmul_impl(), "small");
-          cpu::ref::matmul(a, b, want, ep);
+          backend::cpu::matmul(a, b, got, ep);
+          EXPECT_EQ(backend::cpu::last_matmul_impl(), "small");
+          backend::cpu::ref::matmul(a, b, want, ep);
           EXPECT_TRUE(close_for(kF32, got, want, d.K))
               << d.M << "x" << d.K << "x" << d.N << " a " << layout_name(la) << " b " << layout_name(lb)
               << " variant " << variant;
@@ -366,21 +370,21 @@ TEST(LinalgKernel, SmallF32ProductsSkipOneDnnAndMatchReference) {
   }
   // Strided output (a column of a wider tensor) and a linear layer at batch 1.
   Tensor wide = zeros({8, 6}), a = random({8, 5}, 1), b = random({5, 3}, 2), want = zeros({8, 3});
-  cpu::matmul(a, b, wide.slice(1, 0, 6, 2));
-  cpu::ref::matmul(a, b, want);
+  backend::cpu::matmul(a, b, wide.slice(1, 0, 6, 2));
+  backend::cpu::ref::matmul(a, b, want);
   EXPECT_TRUE(close_for(kF32, wide.slice(1, 0, 6, 2), want, 5));
   Tensor x = random({4}, 3), w = random({64, 4}, 4), bl = random({64}, 5);
   EXPECT_TRUE(all_close(linear(x, w, bl), add(matmul(w, x), bl), 1e-5, 1e-5));
   // Above the threshold, batched, or not f32: not the small kernel.
-  cpu::matmul(random({33, 32}, 6), random({32, 32}, 7), zeros({33, 32}));
-  EXPECT_NE(cpu::last_matmul_impl(), "small");
-  cpu::matmul(random({2, 3, 4}, 6), random({2, 4, 5}, 7), zeros({2, 3, 5}));
-  EXPECT_NE(cpu::last_matmul_impl(), "small");
+  backend::cpu::matmul(random({33, 32}, 6), random({32, 32}, 7), zeros({33, 32}));
+  EXPECT_NE(backend::cpu::last_matmul_impl(), "small");
+  backend::cpu::matmul(random({2, 3, 4}, 6), random({2, 4, 5}, 7), zeros({2, 3, 5}));
+  EXPECT_NE(backend::cpu::last_matmul_impl(), "small");
   // bf16 on bf16 instructions is oneDNN's; where bf16 computes in f32
   // (Bf16Compute::f32) the widened product is an f32 one and may be small.
-  cpu::matmul(random({3, 4}, 6, kBF16), random({4, 5}, 7, kBF16), zeros({3, 5}, {.dtype = kBF16}));
+  backend::cpu::matmul(random({3, 4}, 6, kBF16), random({4, 5}, 7, kBF16), zeros({3, 5}, {.dtype = kBF16}));
   if (cpu_info().bf16 == Bf16Compute::native) {
-    EXPECT_NE(cpu::last_matmul_impl(), "small");
+    EXPECT_NE(backend::cpu::last_matmul_impl(), "small");
   }
 }
 
@@ -389,7 +393,7 @@ TEST(LinalgKernel, ThreadCountFollowsKiln) {
   // Large enough to run on kiln's count (small products run on one thread).
   Tensor a = random({128, 128}, 10), b = random({128, 128}, 11);
   Tensor want = zeros({128, 128});
-  cpu::ref::matmul(a, b, want);
+  backend::cpu::ref::matmul(a, b, want);
   for (int n : {1, 2, 3}) {
     set_num_threads(n);
     omp_set_num_threads(n == 1 ? 4 : 1);  // someone changed this thread's OpenMP count behind kiln's back

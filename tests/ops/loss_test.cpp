@@ -1,5 +1,5 @@
 // Tests of the losses: PyTorch goldens (forward and gradients), the fused
-// kernels against cpu::ref, masked cross-entropy (valid-count mean, all
+// kernels against backend::cpu::ref, masked cross-entropy (valid-count mean, all
 // masked gives 0 and zero gradient), gradchecks in f64 (first order with
 // targets constant or, for bce, differentiable; second order through the
 // create_graph fallback) and error messages.
@@ -8,7 +8,7 @@
 #include <map>
 
 #include "kiln/ops/loss.h"
-#include "src/ops/cpu/loss.h"
+#include "src/backend/cpu/nn/loss.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -120,7 +120,7 @@ TEST(LossGolden, PointwiseMatchPyTorch) {
   run_golden("loss_pointwise", fns, 1e-12);
 }
 
-// ---- fast kernels against cpu::ref ----
+// ---- fast kernels against backend::cpu::ref ----
 
 Tensor rnd(const Shape& s, DType t, uint64_t seed, double scale = 1.0) {
   Generator gen(seed);
@@ -149,10 +149,10 @@ TEST(LossKernels, CrossEntropyFastMatchesRef) {
             const double tol = t == kBF16 ? 2e-2 : t == kF32 ? 2e-5 : 1e-12;
             double t1, w1, t2, w2, t3, w3;
             Tensor p1 = zeros({R, C}, {.dtype = t}), p2 = zeros({R, C}, {.dtype = t});
-            cpu::cross_entropy(x, tg, w, -100, s, l1, {}, r1, &t1, &w1);
-            cpu::ref::cross_entropy(x, tg, w, -100, s, l2, p2, r2, &t2, &w2);
+            backend::cpu::cross_entropy(x, tg, w, -100, s, l1, {}, r1, &t1, &w1);
+            backend::cpu::ref::cross_entropy(x, tg, w, -100, s, l2, p2, r2, &t2, &w2);
             Tensor l3 = Tensor::empty({R}, sd);
-            cpu::cross_entropy(x, tg, w, -100, s, l3, p1, {}, &t3, &w3);  // with probs
+            backend::cpu::cross_entropy(x, tg, w, -100, s, l3, p1, {}, &t3, &w3);  // with probs
             EXPECT_TRUE(all_close(l3, l2, tol, tol)) << "lse with probs";
             EXPECT_NEAR(t3, t2, tol * (1 + std::abs(t2)) * 4);
             EXPECT_TRUE(all_close(p1, p2, tol, 1e-6)) << "probs";
@@ -163,9 +163,9 @@ TEST(LossKernels, CrossEntropyFastMatchesRef) {
             for (int64_t gn : {int64_t(1), R}) {
               Tensor g = rnd({gn}, t, ++seed);
               Tensor g1 = Tensor::empty({R, C}, t), g2 = Tensor::empty({R, C}, t), g3 = Tensor::empty({R, C}, t);
-              cpu::cross_entropy_backward(x, tg, w, -100, s, l2, {}, g, 0.7, g1);
-              cpu::ref::cross_entropy_backward(x, tg, w, -100, s, l2, {}, g, 0.7, g2);
-              cpu::cross_entropy_backward(x, tg, w, -100, s, l2, p1, g, 0.7, g3);
+              backend::cpu::cross_entropy_backward(x, tg, w, -100, s, l2, {}, g, 0.7, g1);
+              backend::cpu::ref::cross_entropy_backward(x, tg, w, -100, s, l2, {}, g, 0.7, g2);
+              backend::cpu::cross_entropy_backward(x, tg, w, -100, s, l2, p1, g, 0.7, g3);
               EXPECT_TRUE(all_close(g1, g2, tol, tol)) << "grad, grad numel " << gn;
               EXPECT_TRUE(all_close(g3, g2, tol, tol)) << "grad from saved probs, grad numel " << gn;
             }
@@ -175,7 +175,7 @@ TEST(LossKernels, CrossEntropyFastMatchesRef) {
 
 TEST(LossKernels, PointwiseFastMatchesRef) {
   for_each_kernel_isa([&](KernelIsa) {
-    using K = cpu::PointwiseLoss;
+    using K = backend::cpu::PointwiseLoss;
     uint64_t seed = 100;
     for (K kind : {K::mse, K::l1, K::smooth_l1, K::bce, K::bce_with_logits})
       for (int64_t n : {int64_t(1), int64_t(37), int64_t(40000)})
@@ -190,18 +190,18 @@ TEST(LossKernels, PointwiseFastMatchesRef) {
             for (double beta : {1.0, 0.0}) {
               if (beta == 0.0 && kind != K::smooth_l1) continue;
               Tensor o1 = Tensor::empty({n}, t), o2 = Tensor::empty({n}, t);
-              const double s1 = cpu::pointwise_loss(kind, beta, x, y, w, pw, o1);
-              const double s2 = cpu::ref::pointwise_loss(kind, beta, x, y, w, pw, o2);
+              const double s1 = backend::cpu::pointwise_loss(kind, beta, x, y, w, pw, o1);
+              const double s2 = backend::cpu::ref::pointwise_loss(kind, beta, x, y, w, pw, o2);
               const double tol = t == kBF16 ? 2e-2 : t == kF32 ? 1e-5 : 1e-12;
               EXPECT_TRUE(all_close(o1, o2, tol, tol));
-              EXPECT_NEAR(cpu::pointwise_loss(kind, beta, x, y, w, pw, {}), s1, 1e-9 * (1 + std::abs(s1)));
+              EXPECT_NEAR(backend::cpu::pointwise_loss(kind, beta, x, y, w, pw, {}), s1, 1e-9 * (1 + std::abs(s1)));
               EXPECT_NEAR(s1, s2, tol * (1 + std::abs(s2)));
               for (int64_t gn : {int64_t(1), n}) {
                 Tensor g = rnd({gn}, t, ++seed);
                 Tensor gx1 = Tensor::empty({n}, t), gy1 = Tensor::empty({n}, t), gx2 = Tensor::empty({n}, t),
                        gy2 = Tensor::empty({n}, t);
-                cpu::pointwise_loss_backward(kind, beta, x, y, w, pw, g, 0.5, gx1, gy1);
-                cpu::ref::pointwise_loss_backward(kind, beta == 0.0 ? 0.0 : beta, x, y, w, pw, g, 0.5, gx2, gy2);
+                backend::cpu::pointwise_loss_backward(kind, beta, x, y, w, pw, g, 0.5, gx1, gy1);
+                backend::cpu::ref::pointwise_loss_backward(kind, beta == 0.0 ? 0.0 : beta, x, y, w, pw, g, 0.5, gx2, gy2);
                 EXPECT_TRUE(all_close(gx1, gx2, tol, tol)) << "gx";
                 EXPECT_TRUE(all_close(gy1, gy2, tol, tol)) << "gy";
               }

@@ -1,13 +1,13 @@
 // Tests of layer_norm, rms_norm and batch_norm: PyTorch goldens (forward,
 // gradients, running-buffer updates under both variance conventions), the
-// fused kernels against cpu::ref over shapes and dtypes, thread-count
+// fused kernels against backend::cpu::ref over shapes and dtypes, thread-count
 // independence, gradchecks in f64 (first order, non-contiguous inputs, and
 // second order through the create_graph fallback) and error messages.
 #include <functional>
 #include <map>
 
 #include "kiln/ops/norm.h"
-#include "src/ops/cpu/norm.h"
+#include "src/backend/cpu/nn/norm.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -102,7 +102,7 @@ TEST(NormGolden, BatchNormMatchesPyTorch) {
   EXPECT_EQ(seen, 5u);
 }
 
-// ---- fast kernels against cpu::ref ----
+// ---- fast kernels against backend::cpu::ref ----
 
 Tensor rnd(const Shape& s, DType t, uint64_t seed, double scale = 1.0, double shift = 0.0) {
   Generator gen(seed);
@@ -126,8 +126,8 @@ TEST(NormKernels, LayerNormFastMatchesRef) {
             Tensor o1 = Tensor::empty({M, N}, t), o2 = Tensor::empty({M, N}, t);
             Tensor m1 = rms ? Tensor() : Tensor::empty({M}, sd), m2 = rms ? Tensor() : Tensor::empty({M}, sd);
             Tensor r1 = Tensor::empty({M}, sd), r2 = Tensor::empty({M}, sd);
-            cpu::layer_norm(x, w, b, 1e-5, rms, o1, m1, r1);
-            cpu::ref::layer_norm(x, w, b, 1e-5, rms, o2, m2, r2);
+            backend::cpu::layer_norm(x, w, b, 1e-5, rms, o1, m1, r1);
+            backend::cpu::ref::layer_norm(x, w, b, 1e-5, rms, o2, m2, r2);
             const double tol = tol_for(t);
             EXPECT_TRUE(all_close(o1, o2, tol, tol)) << "out";
             EXPECT_TRUE(all_close(r1, r2, tol, tol)) << "rstd";
@@ -138,8 +138,8 @@ TEST(NormKernels, LayerNormFastMatchesRef) {
             Tensor gx1 = Tensor::empty({M, N}, t), gx2 = Tensor::empty({M, N}, t);
             Tensor gw1 = w.defined() ? Tensor::empty({N}, t) : Tensor(), gw2 = w.defined() ? Tensor::empty({N}, t) : Tensor();
             Tensor gb1 = Tensor::empty({N}, t), gb2 = Tensor::empty({N}, t);
-            cpu::layer_norm_backward(g, x, w, m2, r2, rms, gx1, gw1, gb1);
-            cpu::ref::layer_norm_backward(g, x, w, m2, r2, rms, gx2, gw2, gb2);
+            backend::cpu::layer_norm_backward(g, x, w, m2, r2, rms, gx1, gw1, gb1);
+            backend::cpu::ref::layer_norm_backward(g, x, w, m2, r2, rms, gx2, gw2, gb2);
             // Sums over M rows: scale the tolerance with the row count for f32/bf16.
             const double stol = t == kF64 ? 1e-11 : tol * 4;
             EXPECT_TRUE(all_close(gx1, gx2, tol * 4, tol * 4)) << "gx";
@@ -166,22 +166,22 @@ TEST(NormKernels, BatchNormFastMatchesRef) {
             Tensor w = affine ? rnd({C}, t, ++seed) : Tensor(), b = affine ? rnd({C}, t, ++seed) : Tensor();
             Tensor m1 = Tensor::empty({C}, sd), v1 = Tensor::empty({C}, sd), m2 = Tensor::empty({C}, sd),
                    v2 = Tensor::empty({C}, sd);
-            cpu::batch_norm_stats(x, m1, v1);
-            cpu::ref::batch_norm_stats(x, m2, v2);
+            backend::cpu::batch_norm_stats(x, m1, v1);
+            backend::cpu::ref::batch_norm_stats(x, m2, v2);
             const double tol = tol_for(t);
             EXPECT_TRUE(all_close(m1, m2, tol, tol)) << "mean";
             EXPECT_TRUE(all_close(v1, v2, tol, tol)) << "var";
             Tensor inv = rsqrt(add(v2, 1e-5));
             Tensor o1 = Tensor::empty(s, t), o2 = Tensor::empty(s, t);
-            cpu::batch_norm_apply(x, m2, inv, w, b, o1);
-            cpu::ref::batch_norm_apply(x, m2, inv, w, b, o2);
+            backend::cpu::batch_norm_apply(x, m2, inv, w, b, o1);
+            backend::cpu::ref::batch_norm_apply(x, m2, inv, w, b, o2);
             EXPECT_TRUE(all_close(o1, o2, tol * 4, tol * 4)) << "out";
             Tensor g = rnd(s, t, ++seed);
             Tensor gx1 = Tensor::empty(s, t), gx2 = Tensor::empty(s, t);
             Tensor gw1 = Tensor::empty({C}, t), gw2 = Tensor::empty({C}, t), gb1 = Tensor::empty({C}, t),
                    gb2 = Tensor::empty({C}, t);
-            cpu::batch_norm_backward(g, x, m2, inv, w, training, gx1, gw1, gb1);
-            cpu::ref::batch_norm_backward(g, x, m2, inv, w, training, gx2, gw2, gb2);
+            backend::cpu::batch_norm_backward(g, x, m2, inv, w, training, gx1, gw1, gb1);
+            backend::cpu::ref::batch_norm_backward(g, x, m2, inv, w, training, gx2, gw2, gb2);
             const double n = double(x.numel() / C);
             EXPECT_TRUE(all_close(gx1, gx2, tol * 8, tol * 8)) << "gx";
             EXPECT_TRUE(all_close(gw1, gw2, tol * 4, tol * n)) << "gw";
@@ -205,13 +205,13 @@ TEST(NormKernels, SameBitsForAnyThreadCount) {
       set_num_threads(threads);
       std::vector<Tensor> r;
       Tensor o = Tensor::empty({2000, 96}), m = Tensor::empty({2000}), s = Tensor::empty({2000});
-      cpu::layer_norm(x, w, b, 1e-5, false, o, m, s);
+      backend::cpu::layer_norm(x, w, b, 1e-5, false, o, m, s);
       Tensor gx = Tensor::empty({2000, 96}), gw = Tensor::empty({96}), gbias = Tensor::empty({96});
-      cpu::layer_norm_backward(g, x, w, m, s, false, gx, gw, gbias);
+      backend::cpu::layer_norm_backward(g, x, w, m, s, false, gx, gw, gbias);
       Tensor bm = Tensor::empty({24}), bv = Tensor::empty({24});
-      cpu::batch_norm_stats(xb, bm, bv);
+      backend::cpu::batch_norm_stats(xb, bm, bv);
       Tensor bgx = Tensor::empty(xb.shape()), bgw = Tensor::empty({24}), bgb = Tensor::empty({24});
-      cpu::batch_norm_backward(gb, xb, bm, rsqrt(add(bv, 1e-5)), wb, true, bgx, bgw, bgb);
+      backend::cpu::batch_norm_backward(gb, xb, bm, rsqrt(add(bv, 1e-5)), wb, true, bgx, bgw, bgb);
       runs.push_back({o, gx, gw, gbias, bm, bv, bgx, bgw, bgb});
     }
     for (size_t k = 1; k < runs.size(); ++k)

@@ -1,11 +1,11 @@
 // Tests of the 2x2 stride-2 max-pooling kernels (NOTE [2x2 max pooling] in
-// src/ops/cpu/pool.h): values, taps expanded to indices and the gradient
-// against cpu::ref and the general kernels, on shapes that take the fast
+// src/backend/cpu/nn/pool.h): values, taps expanded to indices and the gradient
+// against backend::cpu::ref and the general kernels, on shapes that take the fast
 // path (short rows, rows of several blocks, odd H / W, the last row pair of
 // the tensor) and ones that fall back; f64 gradchecks through the op.
 #include <cmath>
 
-#include "src/ops/cpu/pool.h"
+#include "src/backend/cpu/nn/pool.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -13,8 +13,8 @@ namespace {
 
 using namespace testing;
 
-cpu::MaxPoolGeom geom_2x2(int64_t N, int64_t H, int64_t W) {
-  cpu::MaxPoolGeom g;
+backend::cpu::MaxPoolGeom geom_2x2(int64_t N, int64_t H, int64_t W) {
+  backend::cpu::MaxPoolGeom g;
   g.N = N, g.H = H, g.W = W, g.OH = H / 2, g.OW = W / 2;
   g.kh = g.kw = g.sh = g.sw = 2;
   return g;
@@ -33,48 +33,48 @@ TEST(PoolFast, TwoByTwoMatchesRef) {
       if (i % 3 == 0) x = to(randint(0, 3, {N, H, W}, gen), t);                  // ties: the first tap
       if (i % 4 == 0) x = masked_fill(x, lt(rand({N, H, W}, gen), 0.15), NAN);  // NaNs: the last one
       if (i % 2) x = noncontiguous(x);
-      const cpu::MaxPoolGeom g = geom_2x2(N, H, W);
-      ASSERT_TRUE(cpu::is_max_pool_2x2(g));
+      const backend::cpu::MaxPoolGeom g = geom_2x2(N, H, W);
+      ASSERT_TRUE(backend::cpu::is_max_pool_2x2(g));
       SCOPED_TRACE(fmt::format("case {} {}: N {} H {} W {}", i, name(t), N, H, W));
       Tensor v = empty({N, g.OH, g.OW}, {.dtype = t}), taps = empty({N, g.OH, g.OW}, {.dtype = kU8});
       Tensor idx = empty({N, g.OH, g.OW}, {.dtype = kI64});
       Tensor rv = empty({N, g.OH, g.OW}, {.dtype = t}), ridx = empty({N, g.OH, g.OW}, {.dtype = kI64});
-      cpu::max_pool2d_2x2(g, x, v, taps);
-      cpu::max_pool2d_2x2_indices(g, taps, idx);
-      cpu::ref::max_pool2d(g, x, rv, ridx);
+      backend::cpu::max_pool2d_2x2(g, x, v, taps);
+      backend::cpu::max_pool2d_2x2_indices(g, taps, idx);
+      backend::cpu::ref::max_pool2d(g, x, rv, ridx);
       EXPECT_TRUE(equal(v, rv)) << "values";
       EXPECT_TRUE(equal(idx, ridx)) << "indices";
       // The backward writes every input element: start from NaN garbage.
       Tensor gy = to(randn({N, g.OH, g.OW}, gen), t);
       Tensor gx = full({N, H, W}, NAN, {.dtype = t}), rgx = empty({N, H, W}, {.dtype = t});
-      cpu::max_pool2d_2x2_backward(g, gy, taps, gx);
-      cpu::max_pool2d_backward(g, gy, ridx, rgx);
+      backend::cpu::max_pool2d_2x2_backward(g, gy, taps, gx);
+      backend::cpu::max_pool2d_backward(g, gy, ridx, rgx);
       EXPECT_TRUE(equal(gx, rgx)) << "grad";
     }
   }
 }
 
 TEST(PoolFast, OnlyNonOverlappingInteriorWindowsTakeTheFastPath) {
-  cpu::MaxPoolGeom g = geom_2x2(2, 28, 28);
-  EXPECT_TRUE(cpu::is_max_pool_2x2(g));
-  cpu::MaxPoolGeom s = g;
+  backend::cpu::MaxPoolGeom g = geom_2x2(2, 28, 28);
+  EXPECT_TRUE(backend::cpu::is_max_pool_2x2(g));
+  backend::cpu::MaxPoolGeom s = g;
   s.sh = 1, s.OH = 27;
-  EXPECT_FALSE(cpu::is_max_pool_2x2(s));  // overlapping rows
-  cpu::MaxPoolGeom p = g;
+  EXPECT_FALSE(backend::cpu::is_max_pool_2x2(s));  // overlapping rows
+  backend::cpu::MaxPoolGeom p = g;
   p.ph = p.pw = 1, p.OH = p.OW = 15;
-  EXPECT_FALSE(cpu::is_max_pool_2x2(p));  // padding
-  cpu::MaxPoolGeom d = g;
+  EXPECT_FALSE(backend::cpu::is_max_pool_2x2(p));  // padding
+  backend::cpu::MaxPoolGeom d = g;
   d.dw = 2, d.OW = 13;
-  EXPECT_FALSE(cpu::is_max_pool_2x2(d));  // dilation
-  cpu::MaxPoolGeom c = geom_2x2(2, 7, 9);
+  EXPECT_FALSE(backend::cpu::is_max_pool_2x2(d));  // dilation
+  backend::cpu::MaxPoolGeom c = geom_2x2(2, 7, 9);
   c.OH = 4, c.OW = 5;
-  EXPECT_FALSE(cpu::is_max_pool_2x2(c));  // ceil_mode: a last window past the input
-  cpu::MaxPoolGeom k = g;
+  EXPECT_FALSE(backend::cpu::is_max_pool_2x2(c));  // ceil_mode: a last window past the input
+  backend::cpu::MaxPoolGeom k = g;
   k.kh = k.kw = k.sh = k.sw = 3, k.OH = k.OW = 9;
-  EXPECT_FALSE(cpu::is_max_pool_2x2(k));
+  EXPECT_FALSE(backend::cpu::is_max_pool_2x2(k));
 }
 
-// The op, fast path and fallbacks, against cpu::ref and the general scatter;
+// The op, fast path and fallbacks, against backend::cpu::ref and the general scatter;
 // on 1 to 3 threads, so that row pairs split into tasks whose boundaries the
 // short-row blocks must not write across.
 TEST(PoolFast, OpMatchesRefOnCnnShapesAndFallbacks) {
@@ -103,19 +103,19 @@ TEST(PoolFast, OpMatchesRefOnCnnShapesAndFallbacks) {
       Tensor x = randn(c.shape, gen).requires_grad_();
       auto [y, idx] = max_pool2d_with_indices(x, c.k, c.s, c.p, 1, c.ceil);
       const int64_t B = c.shape[0], C = c.shape[1], H = c.shape[2], W = c.shape[3];
-      cpu::MaxPoolGeom g;
+      backend::cpu::MaxPoolGeom g;
       g.N = B * C, g.H = H, g.W = W, g.OH = y.shape()[2], g.OW = y.shape()[3];
       g.kh = c.k.h, g.kw = c.k.w, g.ph = c.p.h, g.pw = c.p.w;
       g.sh = c.s.h ? c.s.h : c.k.h, g.sw = c.s.w ? c.s.w : c.k.w;
       Tensor rv = empty(y.shape()), ridx = empty(y.shape(), {.dtype = kI64});
-      cpu::ref::max_pool2d(g, x.detach(), rv, ridx);
+      backend::cpu::ref::max_pool2d(g, x.detach(), rv, ridx);
       EXPECT_TRUE(equal(y.detach(), rv)) << "values";
       EXPECT_TRUE(equal(idx, ridx)) << "indices";
       EXPECT_TRUE(equal(max_pool2d(x, c.k, c.s, c.p, 1, c.ceil).detach(), rv)) << "values without indices";
       Tensor gy = randn(y.shape(), gen);
       y.backward(gy);
       Tensor rgx = empty(c.shape);
-      cpu::max_pool2d_backward(g, gy, ridx, rgx);
+      backend::cpu::max_pool2d_backward(g, gy, ridx, rgx);
       EXPECT_TRUE(equal(x.grad(), rgx)) << "grad";
     }
   }

@@ -1,10 +1,10 @@
 // Tests of max/avg/adaptive-avg pooling: PyTorch goldens (values, indices,
-// gradients), the fast kernels against cpu::ref on random shapes and
+// gradients), the fast kernels against backend::cpu::ref on random shapes and
 // layouts, tie and NaN rules, gradchecks in f64 (first and second order) and
 // error messages.
 #include <cmath>
 
-#include "src/ops/cpu/pool.h"
+#include "src/backend/cpu/nn/pool.h"
 #include "tests/ops/window_args.h"
 #include "tests/support/test_util.h"
 
@@ -69,7 +69,7 @@ TEST(PoolKernels, FastMatchesRef) {
       if (i % 5 == 0) x = masked_fill(x, lt(rand({N, H, W}, gen), 0.1), NAN);  // NaNs win, the last one
       if (i % 2) x = noncontiguous(x);
       // max: any kernel that leaves every window at least one element.
-      cpu::MaxPoolGeom g;
+      backend::cpu::MaxPoolGeom g;
       g.N = N, g.H = H, g.W = W;
       g.kh = pick(1, std::min<int64_t>(H, 3)), g.kw = pick(1, std::min<int64_t>(W, 4));
       g.sh = pick(1, 3), g.sw = pick(1, 3), g.dh = pick(1, 2), g.dw = pick(1, 2);
@@ -82,8 +82,8 @@ TEST(PoolKernels, FastMatchesRef) {
                                g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw));
       Tensor a = empty({N, g.OH, g.OW}, {.dtype = t}), r = empty({N, g.OH, g.OW}, {.dtype = t});
       Tensor ai = empty({N, g.OH, g.OW}, {.dtype = kI64}), ri = empty({N, g.OH, g.OW}, {.dtype = kI64});
-      cpu::max_pool2d(g, x, a, ai);
-      cpu::ref::max_pool2d(g, x, r, ri);
+      backend::cpu::max_pool2d(g, x, a, ai);
+      backend::cpu::ref::max_pool2d(g, x, r, ri);
       EXPECT_TRUE(equal(a, r)) << "max values";
       EXPECT_TRUE(equal(ai, ri)) << "max indices";
       // avg through the op (window tables) against the formula.
@@ -92,13 +92,13 @@ TEST(PoolKernels, FastMatchesRef) {
       const int64_t sh = pick(1, 2), sw = pick(1, 3), ph = pick(0, kh / 2), pw = pick(0, kw / 2);
       Tensor y = squeeze(avg_pool2d(unsqueeze(x, 0), {kh, kw}, {sh, sw}, {ph, pw}, false, incl), 0);
       Tensor yr = empty(y.shape(), {.dtype = t});
-      cpu::ref::avg_pool2d(x, yr, kh, kw, sh, sw, ph, pw, incl);
+      backend::cpu::ref::avg_pool2d(x, yr, kh, kw, sh, sw, ph, pw, incl);
       const double tol = t == kBF16 ? 1e-2 : 1e-6;
       EXPECT_TRUE(all_close(y, yr, tol, tol)) << "avg";
       const int64_t oh = pick(1, 2 * H), ow = pick(1, 2 * W);
       Tensor z = squeeze(adaptive_avg_pool2d(unsqueeze(x, 0), {oh, ow}), 0);
       Tensor zr = empty({N, oh, ow}, {.dtype = t});
-      cpu::ref::adaptive_avg_pool2d(x, zr);
+      backend::cpu::ref::adaptive_avg_pool2d(x, zr);
       EXPECT_TRUE(all_close(z, zr, tol, tol)) << "adaptive " << oh << "x" << ow;
     }
   }

@@ -1,5 +1,5 @@
 // Tests of kiln/ops/reduce.h (softmax is in softmax_test.cpp): PyTorch
-// goldens, the reduction engine against cpu::ref over awkward shapes, layouts
+// goldens, the reduction engine against backend::cpu::ref over awkward shapes, layouts
 // and dtypes, f32 accuracy, thread-count determinism, gradchecks in f64,
 // empty tensors and error messages.
 #include <cmath>
@@ -7,7 +7,8 @@
 #include <functional>
 #include <map>
 
-#include "src/ops/cpu/reduce.h"
+#include "src/backend/cpu/reduce/reduce.h"
+#include "tests/support/devices.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -27,6 +28,7 @@ void check_goldens(const std::string& file, const std::map<std::string, CaseFn>&
   const auto& j = golden(file);
   std::map<std::string, Tensor> inputs;
   for (const auto& [k, v] : j.at("inputs").items()) inputs[k] = golden_tensor(v);
+  for_each_device([&](Device d) {
   size_t seen = 0;
   for (const auto& c : j.at("cases")) {
     const std::string name = c.at("name").get<std::string>();
@@ -37,7 +39,8 @@ void check_goldens(const std::string& file, const std::map<std::string, CaseFn>&
     const Tensor& x = inputs.at(c.at("x").get<std::string>());
     for (bool nc : {false, true}) {
       SCOPED_TRACE(nc ? "non-contiguous" : "contiguous");
-      Outs got = it->second(nc ? noncontiguous(x) : x);
+      Outs got = it->second(to(nc ? noncontiguous(x) : x, d));
+      for (Tensor& t : got) t = to(t, kCPU);
       ASSERT_EQ(got.size(), c.at("out").size());
       for (size_t i = 0; i < got.size(); ++i) {
         Tensor want = golden_tensor(c.at("out")[i]);
@@ -48,6 +51,7 @@ void check_goldens(const std::string& file, const std::map<std::string, CaseFn>&
     }
   }
   EXPECT_EQ(seen, fns.size()) << "some kiln calls have no golden case in " << file;
+  });
 }
 
 Outs pair(std::pair<Tensor, Tensor> p) { return {p.first, p.second}; }
@@ -130,7 +134,7 @@ TEST(ReduceGolden, Statistics) {
 }
 
 // ---------------------------------------------------------------------------
-// Fast kernels against cpu::ref
+// Fast kernels against backend::cpu::ref
 // ---------------------------------------------------------------------------
 
 // Values of dtype t: floats in (-2, 2), integers in [-2, 2], bools ~half true.
@@ -242,29 +246,29 @@ TEST(ReduceKernels, FastMatchesRef) {
           Shape out_shape = kept_shape(rc.shape, dims);
           DType sum_t = is_floating(t) ? t : kI64;
           Tensor l1 = Tensor::empty(out_shape, kF64);
-          cpu::ref::sum(is_floating(t) ? abs(to(x, kF64)) : to(x, kF64), l1, dims);
+          backend::cpu::ref::sum(is_floating(t) ? abs(to(x, kF64)) : to(x, kF64), l1, dims);
           auto both = [&](Kernel fast, Kernel ref, DType out_t) {
             Tensor a = Tensor::empty(out_shape, out_t), b = Tensor::empty(out_shape, out_t);
             fast(x, a, dims);
             ref(x, b, dims);
             expect_same(a, b, t, l1);
           };
-          both([](const Tensor& x, const Tensor& o, const Shape& d) { cpu::sum(x, o, d); },
-               [](const Tensor& x, const Tensor& o, const Shape& d) { cpu::ref::sum(x, o, d); }, sum_t);
-          both(cpu::all, cpu::ref::all, kBool);
-          both(cpu::any, cpu::ref::any, kBool);
+          both([](const Tensor& x, const Tensor& o, const Shape& d) { backend::cpu::sum(x, o, d); },
+               [](const Tensor& x, const Tensor& o, const Shape& d) { backend::cpu::ref::sum(x, o, d); }, sum_t);
+          both(backend::cpu::all, backend::cpu::ref::all, kBool);
+          both(backend::cpu::any, backend::cpu::ref::any, kBool);
           bool nonempty = numel(rc.shape) > 0 || numel(out_shape) == 0;
           if (nonempty) {
-            both(cpu::amax, cpu::ref::amax, t);
-            both(cpu::amin, cpu::ref::amin, t);
+            both(backend::cpu::amax, backend::cpu::ref::amax, t);
+            both(backend::cpu::amin, backend::cpu::ref::amin, t);
           }
           if (is_floating(t)) {
             for (double p : {1.0, 2.0, 3.0, double(INFINITY)}) {
               if (big && p != 2.0) continue;
               SCOPED_TRACE(fmt::format("norm p={}", p));
               Tensor a = Tensor::empty(out_shape, t), b = Tensor::empty(out_shape, t);
-              cpu::norm(x, a, dims, p);
-              cpu::ref::norm(x, b, dims, p);
+              backend::cpu::norm(x, a, dims, p);
+              backend::cpu::ref::norm(x, b, dims, p);
               Tensor sc = p == 1 ? l1 : zeros(out_shape, {.dtype = kF64});
               expect_same(a, b, t, sc);
             }
@@ -288,8 +292,8 @@ TEST(ReduceKernels, ProdMatchesRef) {
           Tensor x = in_layout(to(base, t), l);
           Shape out_shape = kept_shape(rc.shape, dims);
           Tensor a = Tensor::empty(out_shape, is_floating(t) ? t : kI64), b = Tensor::empty(out_shape, a.dtype());
-          cpu::prod(x, a, dims);
-          cpu::ref::prod(x, b, dims);
+          backend::cpu::prod(x, a, dims);
+          backend::cpu::ref::prod(x, b, dims);
           if (is_floating(t)) EXPECT_TRUE(all_close(a, b, t == kF32 ? 1e-4 : 1e-12, 0));
           else EXPECT_TRUE(equal(a, b));
         }
@@ -311,19 +315,19 @@ TEST(ReduceKernels, MaxDimAndCumsumMatchRef) {
             Tensor v1 = Tensor::empty(out_shape, t), i1 = Tensor::empty(out_shape, kI64);
             Tensor v2 = Tensor::empty(out_shape, t), i2 = Tensor::empty(out_shape, kI64);
             if (is_max) {
-              cpu::max_dim(x, dim, v1, i1);
-              cpu::ref::max_dim(x, dim, v2, i2);
+              backend::cpu::max_dim(x, dim, v1, i1);
+              backend::cpu::ref::max_dim(x, dim, v2, i2);
             } else {
-              cpu::min_dim(x, dim, v1, i1);
-              cpu::ref::min_dim(x, dim, v2, i2);
+              backend::cpu::min_dim(x, dim, v1, i1);
+              backend::cpu::ref::min_dim(x, dim, v2, i2);
             }
             EXPECT_TRUE(equal(v1, v2)) << (is_max ? "max" : "min");
             EXPECT_TRUE(equal(i1, i2)) << (is_max ? "argmax" : "argmin");
           }
           DType ct = is_floating(t) ? t : kI64;
           Tensor c1 = Tensor::empty(s, ct), c2 = Tensor::empty(s, ct);
-          cpu::cumsum(x, dim, c1);
-          cpu::ref::cumsum(x, dim, c2);
+          backend::cpu::cumsum(x, dim, c1);
+          backend::cpu::ref::cumsum(x, dim, c2);
           EXPECT_TRUE(equal(c1, c2)) << "cumsum";
         }
 }

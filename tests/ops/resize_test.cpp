@@ -1,10 +1,10 @@
 // Tests of interpolate: PyTorch goldens (values and input gradients, f32 and
-// f64), the fast kernels against cpu::ref on random shapes, modes and
+// f64), the fast kernels against backend::cpu::ref on random shapes, modes and
 // layouts, gradchecks in f64 (first and second order), thread-count
 // invariance and error messages.
 #include <cmath>
 
-#include "src/ops/cpu/resize.h"
+#include "src/backend/cpu/copy/resize.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -84,7 +84,7 @@ TEST(ResizeKernels, FastMatchesRef) {
       Tensor xin = (one_d ? reshape(x, {1, N, W}) : unsqueeze(x, 0)).detach().requires_grad_();
       Tensor y = reshape(interpolate(xin, o), {N, OH, OW});
       Tensor yr = empty({N, OH, OW}, {.dtype = t});
-      cpu::ref::interpolate(x, yr, linear, align, sh, sw);
+      backend::cpu::ref::interpolate(x, yr, linear, align, sh, sw);
       const double tol = t == kBF16 ? 1e-2 : t == kF32 ? 1e-5 : 1e-12;
       if (linear)
         EXPECT_TRUE(all_close(y, yr, tol, tol)) << "forward";
@@ -93,7 +93,7 @@ TEST(ResizeKernels, FastMatchesRef) {
       Tensor gy = to(randn({N, OH, OW}, gen), t);
       y.backward(gy);
       Tensor gr = empty({N, H, W}, {.dtype = t});
-      cpu::ref::interpolate_backward(gy, gr, linear, align, sh, sw);
+      backend::cpu::ref::interpolate_backward(gy, gr, linear, align, sh, sw);
       EXPECT_TRUE(all_close(reshape(xin.grad(), {N, H, W}), gr, tol, tol)) << "backward";
     }
   }

@@ -1,6 +1,6 @@
 // lstm_sequence (one LSTM layer over a whole sequence as one op) and its
-// training kernels (cpu::lstm_cell_train / lstm_cell_backward_acts against
-// cpu::ref, f32 and f64, odd H, B = 1, rows split over threads): f64
+// training kernels (backend::cpu::lstm_cell_train / lstm_cell_backward_acts against
+// backend::cpu::ref, f32 and f64, odd H, B = 1, rows split over threads): f64
 // gradchecks w.r.t. every input (B = 1, T = 1, odd H, no bias, one bias,
 // non-contiguous inputs), second order through the create_graph path, values
 // and gradients against the same layer composed per step from
@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/ops/rnn.h"
-#include "src/ops/cpu/rnn.h"
+#include "src/backend/cpu/nn/rnn.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -113,7 +113,7 @@ TEST(LstmSequence, MatchesPerStepComposition) {
 }
 
 // The training kernels keep activations for a backward without
-// transcendentals; they must give cpu::ref's values (h, c, and the gradients
+// transcendentals; they must give backend::cpu::ref's values (h, c, and the gradients
 // of lstm_cell_backward), with the saved activations equal to sigmoid/tanh of
 // the pre-activations.
 TEST(LstmSequence, TrainKernelsMatchReference) {
@@ -124,9 +124,9 @@ TEST(LstmSequence, TrainKernelsMatchReference) {
       Tensor g = r({B, 4 * H}, 1), c = r({B, H}, 2), dh = r({B, H}, 3), dc = r({B, H}, 4);
       Tensor acts = g.clone(), h1 = Tensor::empty({B, H}, dt), c1 = Tensor::empty({B, H}, dt);
       Tensor tc = Tensor::empty({B, H}, dt);
-      cpu::lstm_cell_train(acts, c, h1, c1, tc);
+      backend::cpu::lstm_cell_train(acts, c, h1, c1, tc);
       Tensor h2 = Tensor::empty({B, H}, dt), c2 = Tensor::empty({B, H}, dt);
-      cpu::ref::lstm_cell(g, c, h2, c2);
+      backend::cpu::ref::lstm_cell(g, c, h2, c2);
       EXPECT_TRUE(all_close(h1, h2, tol, tol));
       EXPECT_TRUE(all_close(c1, c2, tol, tol));
       EXPECT_TRUE(all_close(tc, tanh(c2), tol, tol));
@@ -134,9 +134,9 @@ TEST(LstmSequence, TrainKernelsMatchReference) {
       EXPECT_TRUE(all_close(acts, cat({sigmoid(p[0]), sigmoid(p[1]), tanh(p[2]), sigmoid(p[3])}, 1), tol, tol));
 
       Tensor gg1 = Tensor::empty({B, 4 * H}, dt), dc1 = dc.clone();
-      cpu::lstm_cell_backward_acts(acts, c, tc, dh, dc1, gg1);
+      backend::cpu::lstm_cell_backward_acts(acts, c, tc, dh, dc1, gg1);
       Tensor gg2 = Tensor::empty({B, 4 * H}, dt), dc2 = Tensor::empty({B, H}, dt);
-      cpu::ref::lstm_cell_backward(g, c, c2, dh, dc, gg2, dc2);
+      backend::cpu::ref::lstm_cell_backward(g, c, c2, dh, dc, gg2, dc2);
       EXPECT_TRUE(all_close(gg1, gg2, 4 * tol, 4 * tol)) << name(dt) << " B " << B << " H " << H;
       EXPECT_TRUE(all_close(dc1, dc2, 4 * tol, 4 * tol));
     }

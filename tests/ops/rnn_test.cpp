@@ -1,11 +1,11 @@
 // lstm_cell_pointwise and gru_cell_pointwise: gradchecks (first order through
 // the fused backward kernel, second order through the create_graph
 // formulas), fused op against the same cell composed of kiln ops (values and
-// gradients), fast kernels against cpu::ref, bf16, error messages.
+// gradients), fast kernels against backend::cpu::ref, bf16, error messages.
 #include <gtest/gtest.h>
 
 #include "kiln/ops/rnn.h"
-#include "src/ops/cpu/rnn.h"
+#include "src/backend/cpu/nn/rnn.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -101,7 +101,7 @@ TEST(RnnCell, FusedMatchesComposed) {
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(all_close(d1[i], d2[i], 1e-5, 1e-6)) << "grad " << i;
 }
 
-// Fast kernels against cpu::ref, f32 and f64, over awkward sizes (H not a
+// Fast kernels against backend::cpu::ref, f32 and f64, over awkward sizes (H not a
 // multiple of the vector width, many rows so the pool splits them).
 TEST(RnnCell, KernelsMatchReference) {
   for_each_kernel_isa([&](KernelIsa) {
@@ -112,34 +112,34 @@ TEST(RnnCell, KernelsMatchReference) {
         Tensor g = r({B, 4 * H}, 1), c = r({B, H}, 2), dh = r({B, H}, 3), dc = r({B, H}, 4);
         Tensor h1 = Tensor::empty({B, H}, dt), c1 = Tensor::empty({B, H}, dt);
         Tensor h2 = Tensor::empty({B, H}, dt), c2 = Tensor::empty({B, H}, dt);
-        cpu::lstm_cell(g, c, h1, c1);
-        cpu::ref::lstm_cell(g, c, h2, c2);
+        backend::cpu::lstm_cell(g, c, h1, c1);
+        backend::cpu::ref::lstm_cell(g, c, h2, c2);
         EXPECT_TRUE(all_close(h1, h2, tol, tol));
         EXPECT_TRUE(all_close(c1, c2, tol, tol));
         Tensor gg1 = Tensor::empty({B, 4 * H}, dt), gc1 = Tensor::empty({B, H}, dt);
         Tensor gg2 = Tensor::empty({B, 4 * H}, dt), gc2 = Tensor::empty({B, H}, dt);
-        cpu::lstm_cell_backward(g, c, c1, dh, dc, gg1, gc1);
-        cpu::ref::lstm_cell_backward(g, c, c1, dh, dc, gg2, gc2);
+        backend::cpu::lstm_cell_backward(g, c, c1, dh, dc, gg1, gc1);
+        backend::cpu::ref::lstm_cell_backward(g, c, c1, dh, dc, gg2, gc2);
         EXPECT_TRUE(all_close(gg1, gg2, tol, tol));
         EXPECT_TRUE(all_close(gc1, gc2, tol, tol));
         Tensor gc3 = Tensor::empty({B, H}, dt);  // the c-only path
-        cpu::lstm_cell_backward(g, c, c1, dh, dc, Tensor(), gc3);
+        backend::cpu::lstm_cell_backward(g, c, c1, dh, dc, Tensor(), gc3);
         EXPECT_TRUE(all_close(gc3, gc2, tol, tol));
 
         Tensor gi = r({B, 3 * H}, 5), gh = r({B, 3 * H}, 6), h = r({B, H}, 7);
         Tensor o1 = Tensor::empty({B, H}, dt), o2 = Tensor::empty({B, H}, dt);
-        cpu::gru_cell(gi, gh, h, o1);
-        cpu::ref::gru_cell(gi, gh, h, o2);
+        backend::cpu::gru_cell(gi, gh, h, o1);
+        backend::cpu::ref::gru_cell(gi, gh, h, o2);
         EXPECT_TRUE(all_close(o1, o2, tol, tol));
         Tensor a1 = Tensor::empty({B, 3 * H}, dt), b1 = Tensor::empty({B, 3 * H}, dt), e1 = Tensor::empty({B, H}, dt);
         Tensor a2 = Tensor::empty({B, 3 * H}, dt), b2 = Tensor::empty({B, 3 * H}, dt), e2 = Tensor::empty({B, H}, dt);
-        cpu::gru_cell_backward(gi, gh, h, dh, a1, b1, e1);
-        cpu::ref::gru_cell_backward(gi, gh, h, dh, a2, b2, e2);
+        backend::cpu::gru_cell_backward(gi, gh, h, dh, a1, b1, e1);
+        backend::cpu::ref::gru_cell_backward(gi, gh, h, dh, a2, b2, e2);
         EXPECT_TRUE(all_close(a1, a2, tol, tol));
         EXPECT_TRUE(all_close(b1, b2, tol, tol));
         EXPECT_TRUE(all_close(e1, e2, tol, tol));
         Tensor e3 = Tensor::empty({B, H}, dt);  // the h-only path
-        cpu::gru_cell_backward(gi, gh, h, dh, Tensor(), Tensor(), e3);
+        backend::cpu::gru_cell_backward(gi, gh, h, dh, Tensor(), Tensor(), e3);
         EXPECT_TRUE(all_close(e3, e2, tol, tol));
       }
   });

@@ -1,10 +1,10 @@
 // Tests of rotary_embedding: goldens from a PyTorch reference (both pair
 // conventions, offset, explicit positions, partial rotary_dim), the fused
-// kernel against cpu::ref, rotation properties (norms kept, scores depend on
+// kernel against backend::cpu::ref, rotation properties (norms kept, scores depend on
 // relative position only), gradchecks in f64 and error messages.
 #include <cmath>
 
-#include "src/ops/cpu/rotary.h"
+#include "src/backend/cpu/nn/rotary.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -50,7 +50,7 @@ TEST(RotaryKernels, FastMatchesRef) {
   auto pick = [&](int64_t lo, int64_t hi) { return lo + randint(0, hi - lo + 1, {}, gen).item<int64_t>(); };
   for (int i = 0; i < 40; ++i)
     for (DType t : {kF32, kF64, kBF16}) {
-      cpu::RotaryGeom g;
+      backend::cpu::RotaryGeom g;
       g.rows = pick(1, 6), g.T = pick(1, 9), g.D = 2 * pick(1, i % 4 == 3 ? 40 : 6);
       g.rd = 2 * pick(1, g.D / 2), g.interleaved = i % 2 == 1;
       const int sign = i % 3 == 2 ? -1 : 1;
@@ -62,10 +62,10 @@ TEST(RotaryKernels, FastMatchesRef) {
       Tensor x = to(randn({g.rows, g.T, g.D}, gen), t);
       if (i % 2) x = noncontiguous(x);
       Tensor table = empty({2, g.T, g.rd / 2}, {.dtype = t == kF64 ? kF64 : kF32});
-      cpu::rotary_table(pos, base, g.rd, table);
+      backend::cpu::rotary_table(pos, base, g.rd, table);
       Tensor a = empty(x.shape(), {.dtype = t}), r = empty(x.shape(), {.dtype = t});
-      cpu::rotary(g, x, table, sign, a);
-      cpu::ref::rotary(g, x, pos, base, sign, r);
+      backend::cpu::rotary(g, x, table, sign, a);
+      backend::cpu::ref::rotary(g, x, pos, base, sign, r);
       const double tol = t == kBF16 ? 2e-2 : t == kF32 ? 1e-5 : 1e-12;
       EXPECT_TRUE(all_close(a, r, tol, tol));
     }

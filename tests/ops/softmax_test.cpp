@@ -1,5 +1,5 @@
 // Tests of softmax, log_softmax and logsumexp's kernel: PyTorch goldens, the
-// fused row kernels against cpu::ref over dims, layouts and dtypes, the
+// fused row kernels against backend::cpu::ref over dims, layouts and dtypes, the
 // vectorizable exp against std::exp, stability at extreme values, gradchecks
 // in f64 (first and second order) and error messages.
 #include <cmath>
@@ -7,8 +7,9 @@
 #include <limits>
 #include <map>
 
-#include "src/ops/cpu/reduce.h"
-#include "src/ops/cpu/vec_math.h"
+#include "src/backend/cpu/reduce/reduce.h"
+#include "src/backend/cpu/vec_math.h"
+#include "tests/support/devices.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -28,6 +29,7 @@ TEST(SoftmaxGolden, MatchesPyTorch) {
       {"log_softmax_masked_1", [](const Tensor& x) { return log_softmax(x, 1); }},
   };
   const auto& j = golden("reduce_softmax");
+  for_each_device([&](Device d) {
   size_t seen = 0;
   for (const auto& c : j.at("cases")) {
     const std::string name = c.at("name").get<std::string>();
@@ -37,10 +39,11 @@ TEST(SoftmaxGolden, MatchesPyTorch) {
     ++seen;
     Tensor x = golden_tensor(j.at("inputs").at(c.at("x").get<std::string>()));
     Tensor want = golden_tensor(c.at("out")[0]);
-    EXPECT_TRUE(all_close(it->second(x), want, 1e-5, 1e-6));
-    EXPECT_TRUE(all_close(it->second(noncontiguous(x)), want, 1e-5, 1e-6)) << "non-contiguous";
+    EXPECT_TRUE(all_close(to(it->second(to(x, d)), kCPU), want, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close(to(it->second(to(noncontiguous(x), d)), kCPU), want, 1e-5, 1e-6)) << "non-contiguous";
   }
   EXPECT_EQ(seen, fns.size());
+  });
 }
 
 // The same values in a layout with no stride-1 dim.
@@ -69,15 +72,15 @@ TEST(SoftmaxKernels, FastMatchesRef) {
             const double tol = t == kBF16 ? 1e-2 : t == kF32 ? 2e-6 : 1e-13;
             for (bool log : {false, true}) {
               Tensor a = Tensor::empty(s, t), b = Tensor::empty(s, t);
-              cpu::softmax(x, dim, a, log);
-              cpu::ref::softmax(x, dim, b, log);
+              backend::cpu::softmax(x, dim, a, log);
+              backend::cpu::ref::softmax(x, dim, b, log);
               EXPECT_TRUE(all_close(a, b, tol, tol)) << (log ? "log_softmax" : "softmax");
             }
             Shape r = s;
             if (!r.empty()) r.erase(size_t(dim));
             Tensor a = Tensor::empty(r, t), b = Tensor::empty(r, t);
-            cpu::logsumexp(x, dim, a);
-            cpu::ref::logsumexp(x, dim, b);
+            backend::cpu::logsumexp(x, dim, a);
+            backend::cpu::ref::logsumexp(x, dim, b);
             EXPECT_TRUE(all_close(a, b, tol, tol)) << "logsumexp";
           }
   });
@@ -87,7 +90,7 @@ TEST(SoftmaxKernels, VectorExpMatchesStdExp) {
   // Every 997th float bit pattern over [-104, 89], relative error <= 2 ulp (or exact 0 / subnormal).
   int64_t checked = 0;
   for (float x = -104.0f; x < 89.0f; x = std::nextafter(x, 100.0f) + std::abs(x) * 1e-4f + 1e-6f) {
-    float got = cpu::exp_f32(x), want = std::exp(x);
+    float got = backend::cpu::exp_f32(x), want = std::exp(x);
     if (want < std::numeric_limits<float>::min()) {
       ASSERT_NEAR(got, want, 2e-45f) << "x = " << x;
     } else if (std::isinf(want)) {
@@ -98,11 +101,11 @@ TEST(SoftmaxKernels, VectorExpMatchesStdExp) {
     ++checked;
   }
   EXPECT_GT(checked, 100000);
-  EXPECT_EQ(cpu::exp_f32(-INFINITY), 0.0f);
-  EXPECT_EQ(cpu::exp_f32(INFINITY), INFINITY);
-  EXPECT_EQ(cpu::exp_f32(0.0f), 1.0f);
-  EXPECT_EQ(cpu::exp_f32(-200.0f), 0.0f);
-  EXPECT_TRUE(std::isnan(cpu::exp_f32(NAN)));
+  EXPECT_EQ(backend::cpu::exp_f32(-INFINITY), 0.0f);
+  EXPECT_EQ(backend::cpu::exp_f32(INFINITY), INFINITY);
+  EXPECT_EQ(backend::cpu::exp_f32(0.0f), 1.0f);
+  EXPECT_EQ(backend::cpu::exp_f32(-200.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(backend::cpu::exp_f32(NAN)));
 }
 
 TEST(Softmax, StableAndNormalised) {

@@ -1,6 +1,6 @@
 // Tests of the unary ops and activations of kiln/ops/unary.h: PyTorch goldens
 // (f32, special values, integer/f64/bf16 inputs), the fast kernels against
-// cpu::ref on awkward layouts, gradchecks in f64 away from kinks, in-place
+// backend::cpu::ref on awkward layouts, gradchecks in f64 away from kinks, in-place
 // forms and error messages.
 #include <cfloat>
 #include <cmath>
@@ -8,8 +8,9 @@
 #include <functional>
 #include <map>
 
-#include "src/ops/cpu/elementwise.h"
-#include "src/ops/cpu/elementwise_math.h"
+#include "src/backend/cpu/elementwise/elementwise.h"
+#include "src/backend/cpu/elementwise/elementwise_math.h"
+#include "tests/support/devices.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -58,6 +59,7 @@ const std::map<std::string, Op>& unary_ops() {
 }
 
 TEST(UnaryGolden, MatchesTorch) {
+  for_each_device([](Device d) {
   const auto& file = golden("elementwise_unary");
   int n = 0;
   for (const auto& c : file.at("cases")) {
@@ -74,7 +76,7 @@ TEST(UnaryGolden, MatchesTorch) {
     // Transcendentals in f32 may differ from torch's vectorized versions by an ulp or two.
     double rtol = want.dtype() == kBF16 ? 1e-2 : want.dtype() == kF64 ? 1e-12 : 4e-6;
     for (bool nc : {false, true}) {
-      Tensor in = nc ? noncontiguous(x) : x;
+      Tensor in = to(nc ? noncontiguous(x) : x, d);
       Tensor got;
       if (op == "clamp") got = clamp(in, ps[0], ps[1]);
       else if (op == "clamp_min") got = clamp_min(in, ps[0]);
@@ -84,12 +86,14 @@ TEST(UnaryGolden, MatchesTorch) {
         ASSERT_NE(it, unary_ops().end()) << "no kiln op for golden case " << op;
         got = it->second(in, p);
       }
+      EXPECT_EQ(got.device(), d) << op;
       EXPECT_EQ(got.dtype(), want.dtype()) << op << " " << args.dump();
-      EXPECT_TRUE(all_close(got, want, rtol, 1e-6)) << op << " " << args.dump() << (nc ? " (non-contiguous)" : "");
+      EXPECT_TRUE(all_close(to(got, kCPU), want, rtol, 1e-6)) << op << " " << args.dump() << (nc ? " (non-contiguous)" : "");
     }
     ++n;
   }
   EXPECT_GT(n, 50);
+  });
 }
 
 TEST(Unary, RoundIsHalfToEvenAndIntegersKeepDtype) {
@@ -138,7 +142,7 @@ Tensor random_of(const Shape& shape, DType t, uint64_t seed) {
   return all_close(fast, ref, fast.dtype() == kBF16 ? 1e-2 : 1e-5, 1e-6);
 }
 
-bool float_only(cpu::UnaryOp op) { return op >= cpu::UnaryOp::exp && op <= cpu::UnaryOp::leaky_relu; }
+bool float_only(backend::cpu::UnaryOp op) { return op >= backend::cpu::UnaryOp::exp && op <= backend::cpu::UnaryOp::leaky_relu; }
 
 std::vector<std::pair<const char*, std::function<Tensor(DType, uint64_t)>>> layouts() {
   return {
@@ -153,20 +157,20 @@ std::vector<std::pair<const char*, std::function<Tensor(DType, uint64_t)>>> layo
 
 TEST(UnaryKernel, FastMatchesRefForEveryOp) {
   for_each_kernel_isa([&](KernelIsa) {
-    for (int k = 0; k < cpu::kNumUnaryOps; ++k) {
-      auto op = cpu::UnaryOp(k);
-      cpu::OpParams p = op == cpu::UnaryOp::softplus ? cpu::OpParams{1.5, 2.0}
-                        : op == cpu::UnaryOp::leaky_relu ? cpu::OpParams{0.2, 0}
-                                                         : cpu::OpParams{};
+    for (int k = 0; k < backend::cpu::kNumUnaryOps; ++k) {
+      auto op = backend::cpu::UnaryOp(k);
+      backend::cpu::OpParams p = op == backend::cpu::UnaryOp::softplus ? backend::cpu::OpParams{1.5, 2.0}
+                        : op == backend::cpu::UnaryOp::leaky_relu ? backend::cpu::OpParams{0.2, 0}
+                                                         : backend::cpu::OpParams{};
       for (DType t : {kF32, kF64, kBF16, kI64, kI32, kU8, kBool}) {
         if (float_only(op) && !is_floating(t)) continue;
         for (const auto& [lname, make] : layouts()) {
           if (std::string(lname) == "large" && t != kF32) continue;  // chunking does not depend on dtype
           Tensor x = make(t, 30 + k);
-          DType ot = cpu::is_predicate(op) ? kBool : t;
+          DType ot = backend::cpu::is_predicate(op) ? kBool : t;
           Tensor fast = empty(x.shape(), {.dtype = ot}), slow = empty(x.shape(), {.dtype = ot});
-          cpu::unary(op, fast, x, p);
-          cpu::ref::unary(op, slow, x, p);
+          backend::cpu::unary(op, fast, x, p);
+          backend::cpu::ref::unary(op, slow, x, p);
           EXPECT_TRUE(same_result(fast, slow)) << "unary op #" << k << " " << name(t) << " " << lname;
         }
       }
@@ -182,8 +186,8 @@ TEST(UnaryKernel, ClampFastMatchesRef) {
         for (auto [lo, hi] : {std::pair<std::optional<Scalar>, std::optional<Scalar>>{-1, 2},
                               {std::nullopt, 1}, {0, std::nullopt}, {3, -3}}) {
           Tensor fast = empty(x.shape(), {.dtype = t}), slow = empty(x.shape(), {.dtype = t});
-          cpu::clamp(fast, x, lo, hi);
-          cpu::ref::clamp(slow, x, lo, hi);
+          backend::cpu::clamp(fast, x, lo, hi);
+          backend::cpu::ref::clamp(slow, x, lo, hi);
           EXPECT_TRUE(same_result(fast, slow)) << name(t) << " " << lname;
         }
       }
@@ -261,8 +265,8 @@ TEST(UnaryKernel, GeluBackwardF32SharesOneExpBitForBit) {
     int64_t bad = 0;
     for (size_t i = 0; i < xs.size(); ++i) {
       const float v = xs[i];
-      const float cdf = cpu::math::normal_cdf_f32(v);
-      const float pdf = cpu::exp_f32(-0.5f * v * v) * float(0.39894228040143267794);
+      const float cdf = backend::cpu::math::normal_cdf_f32(v);
+      const float pdf = backend::cpu::exp_f32(-0.5f * v * v) * float(0.39894228040143267794);
       const float want = gs[i] * (cdf + v * pdf);
       if (std::memcmp(&got[i], &want, 4) != 0 && !(std::isnan(got[i]) && std::isnan(want))) {
         if (bad++ < 3) ADD_FAILURE() << "x = " << v << ": " << got[i] << " vs " << want;

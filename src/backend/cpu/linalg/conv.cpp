@@ -1,0 +1,433 @@
+// Convolution on oneDNN (f32, bf16): forward, backward-data and
+// backward-weights primitives, each cached per thread in an LRU keyed by the
+// whole geometry, with the layout oneDNN prefers (format_tag::any) and cached
+// reorders between it and kiln's plain NCHW / OIHW tensors. f64 (and
+// anything oneDNN refuses) runs the plain loops in conv_ref.cpp.
+#include "src/backend/cpu/linalg/conv.h"
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "kiln/core/parallel.h"
+#include "src/backend/cpu/bf16_compute.h"
+#include "src/backend/cpu/dispatch.h"
+#include "src/backend/cpu/dnnl_common.h"
+
+namespace kiln::backend::cpu {
+
+namespace {
+
+using md = dnnl::memory::desc;
+using tag = dnnl::memory::format_tag;
+
+using dnnl_common::engine;
+using dnnl_common::stream;
+
+enum class Kind : int64_t { forward, backward_data, backward_weights };
+
+struct Key {
+  std::array<int64_t, 24> v{};
+  bool operator==(const Key& o) const { return v == o.v; }
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const { return dnnl_common::hash_words(k.v.data(), k.v.size()); }
+};
+
+Key make_key(Kind kind, DType dt, bool bias, int threads, const ConvGeom& g) {
+  return {{int64_t(kind), int64_t(dt), int64_t(bias), int64_t(threads), g.B, g.C, g.O, g.groups, g.H, g.W, g.OH, g.OW, g.KH, g.KW,
+           g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.pb, g.pr, 0, 0}};
+}
+
+// One tensor argument of a primitive: kiln's plain memory (its data handle
+// set per call) and, when oneDNN prefers another layout, memory in that
+// layout with the reorder between the two. Reordered inputs live in the
+// thread's ReorderCache (NOTE [Reordered inputs]); outputs own their buffer.
+struct Arg {
+  int id = 0;                 // DNNL_ARG_*
+  dnnl::memory user, prim;    // prim == user when the layouts agree
+  dnnl::reorder reorder;      // user -> prim (inputs) or prim -> user (outputs)
+  bool needs_reorder = false;
+};
+
+struct Entry {
+  dnnl::primitive prim;
+  std::vector<Arg> inputs, outputs;
+  std::vector<dnnl_exec_arg_t> args;  // the C API's list, built once
+  dnnl::memory scratch;               // points into the thread's scratch buffer at each call
+  size_t scratch_bytes = 0;
+  std::string impl;
+  bool unusable = false;  // oneDNN rejected the geometry or offers only its reference code
+};
+
+// Entries hold activation-sized buffers: keep the cache modest.
+using Cache = dnnl_common::LruCache<Key, Entry, KeyHash>;
+constexpr size_t kCacheCapacity = 32;
+
+// NOTE [Conv scratchpad]: oneDNN's kernels need scratch memory (the
+// backward-weights reduction buffers are activation-sized). Left to oneDNN,
+// this build allocates it at every call, so each step page-faults fresh
+// memory; instead each thread keeps one buffer, grown to the largest need.
+struct ScratchBuffer {
+  void* data = nullptr;
+  size_t bytes = 0;
+  ~ScratchBuffer() { std::free(data); }
+  void* get(size_t need) {
+    if (need > bytes) {
+      std::free(data);
+      bytes = (need + 4095) / 4096 * 4096;
+      data = std::aligned_alloc(4096, bytes);
+      KILN_CHECK(data != nullptr, "conv", "out of memory for {} bytes of oneDNN scratch", bytes);
+    }
+    return data;
+  }
+};
+
+// NOTE [Reordered inputs]: an input reordered into oneDNN's layout is kept,
+// identified by (storage, offset, version counter, layout), in a small
+// per-thread LRU. In a training step the forward pass reorders x and the
+// backward-weights pass finds it; backward-data reorders the output gradient
+// and backward-weights finds it; a weight that did not change since the last
+// call (inference, or the same weight used twice) is not reordered again. Any
+// in-place write bumps the version and so invalidates the copy; freed
+// storage expires its weak_ptr.
+class ReorderCache {
+ public:
+  static constexpr size_t kSlots = 8;
+
+  // The buffer holding t in layout `want`, and whether it is already filled.
+  std::pair<void*, bool> find_or_claim(const Tensor& t, const md& want) {
+    Slot* hit = nullptr;
+    Slot* victim = nullptr;
+    for (Slot& s : slots_) {
+      const bool same = !s.storage.expired() && s.storage.lock() == t.storage() && s.offset == t.storage_offset() &&
+                        s.desc == want;
+      if (same && s.version == t.storage()->version()) {
+        hit = &s;
+        break;
+      }
+      if (same) victim = &s;  // a stale copy of the same tensor: overwrite it
+    }
+    if (hit) {
+      hit->last_use = ++clock_;
+      return {hit->buf.get(), true};
+    }
+    if (!victim) {
+      if (slots_.size() < kSlots) {
+        victim = &slots_.emplace_back();
+      } else {
+        victim = &slots_[0];
+        for (Slot& s : slots_)
+          if (s.last_use < victim->last_use) victim = &s;
+      }
+    }
+    const size_t need = want.get_size();
+    if (victim->cap < need) {
+      victim->buf.reset(static_cast<char*>(std::aligned_alloc(64, (need + 63) / 64 * 64)));
+      KILN_CHECK(victim->buf != nullptr, "conv", "out of memory for a {}-byte reordered copy", need);
+      victim->cap = need;
+    }
+    victim->storage = t.storage();
+    victim->offset = t.storage_offset();
+    victim->version = t.storage()->version();
+    victim->desc = want;
+    victim->last_use = ++clock_;
+    return {victim->buf.get(), false};
+  }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  struct Slot {
+    std::weak_ptr<Storage> storage;
+    int64_t offset = -1;
+    uint64_t version = 0;
+    md desc;
+    std::unique_ptr<char, Free> buf;
+    size_t cap = 0;
+    uint64_t last_use = 0;
+  };
+  std::vector<Slot> slots_;  // reserved: pointers into it stay valid
+  uint64_t clock_ = 0;
+
+ public:
+  ReorderCache() { slots_.reserve(kSlots); }
+};
+
+struct ThreadState {
+  Cache cache{kCacheCapacity};
+  ScratchBuffer scratch;
+  ReorderCache reordered;
+  std::string last_impl = "none";
+  int64_t weight_reorders = 0, reorders_skipped = 0;  // see ConvCacheStats
+};
+
+ThreadState& state() {
+  thread_local ThreadState s;
+  return s;
+}
+
+dnnl::memory::data_type dnnl_type(DType t) {
+  return t == kBF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
+// kiln's plain descriptors for the three tensors of a geometry.
+md large_md(const ConvGeom& g, DType dt) { return md({g.B, g.C, g.H, g.W}, dnnl_type(dt), tag::nchw); }
+md small_md(const ConvGeom& g, DType dt) { return md({g.B, g.O, g.OH, g.OW}, dnnl_type(dt), tag::nchw); }
+md weight_md(const ConvGeom& g, DType dt) {
+  // Grouped weights [O, C/g, KH, KW] are oneDNN's [g, O/g, C/g, KH, KW] in the same memory.
+  if (g.groups == 1) return md({g.O, g.C, g.KH, g.KW}, dnnl_type(dt), tag::oihw);
+  return md({g.groups, g.O / g.groups, g.C / g.groups, g.KH, g.KW}, dnnl_type(dt), tag::goihw);
+}
+// NOTE [Conv layouts]: with format_tag::any, oneDNN picks channel-blocked
+// layouts (nChw16c) and kiln reorders NCHW tensors in and out. That pays
+// when channels fill the 16-wide blocks (measured on [64, 32, 14, 14] -> 64
+// channels: blocked is about 30% faster than plain, reorders included); with
+// few channels (a first layer, C = 1) the blocks are mostly padding and the
+// plain NCHW kernels are twice as fast. So: plain when either side of a
+// group has fewer than 16 channels.
+bool plain_layouts(const ConvGeom& g) { return g.C / g.groups < 16 || g.O / g.groups < 16; }
+md any_like(const ConvGeom& g, const md& m) { return plain_layouts(g) ? m : md(m.dims(), m.data_type(), tag::any); }
+// A first layer (few input channels, C/g < 16, O/g >= 16, no groups) is the
+// exception for backward-weights: plain, oneDNN runs it as im2col + gemm,
+// 1.7 ms on [64, 1, 28, 28] -> 32 channels (1 thread), while its JIT kernel
+// with the large side plain and the small side (and weights) blocked takes
+// 0.23 ms plus 0.38 ms to reorder the output gradient. Forward stays plain
+// there: gemm (0.6 ms) beats JIT (0.4 ms) plus reordering its output back.
+// Should oneDNN offer only its reference code that way, the plain layouts are
+// tried (make_entry's first_layer_blocked = false).
+bool first_layer(const ConvGeom& g) { return g.groups == 1 && g.C < 16 && g.O >= 16; }
+md any_all(const md& m) { return md(m.dims(), m.data_type(), tag::any); }
+
+Arg make_arg(int id, const md& user_md, const md& prim_md, bool is_input) {
+  Arg a;
+  a.id = id;
+  a.user = dnnl::memory(user_md, engine(), nullptr);
+  if (user_md == prim_md) {
+    a.prim = a.user;
+  } else {
+    // Inputs point into the ReorderCache at each call; outputs own a buffer.
+    a.prim = is_input ? dnnl::memory(prim_md, engine(), nullptr) : dnnl::memory(prim_md, engine());
+    a.needs_reorder = true;
+    a.reorder = is_input ? dnnl::reorder(a.user, a.prim) : dnnl::reorder(a.prim, a.user);
+  }
+  return a;
+}
+
+void finish(Entry& e, const std::string& impl, const md& scratch) {
+  e.impl = impl;
+  e.scratch_bytes = scratch.get_size();
+  e.scratch = dnnl::memory(scratch, engine(), nullptr);
+  e.unusable = impl.rfind("ref", 0) == 0;
+  for (const Arg& a : e.inputs) e.args.push_back({a.id, a.prim.get()});
+  for (const Arg& a : e.outputs) e.args.push_back({a.id, a.prim.get()});
+  e.args.push_back({DNNL_ARG_SCRATCHPAD, e.scratch.get()});
+}
+
+// The caller passes scratch memory (NOTE [Conv scratchpad]).
+dnnl::primitive_attr scratch_attr() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvGeom& g, DType dt, bool bias) {
+  const dnnl::memory::dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
+  md b_md = bias ? md({g.O}, dnnl_type(dt), tag::x) : md();
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                    any_like(g, large_md(g, dt)), any_like(g, weight_md(g, dt)), b_md,
+                                    any_like(g, small_md(g, dt)), strides, dil, pl, pr);
+  return dnnl::convolution_forward::primitive_desc(d, scratch_attr(), engine());
+}
+
+Entry make_entry(Kind kind, const ConvGeom& g, DType dt, bool bias, bool first_layer_blocked = true) {
+  Entry e;
+  const dnnl::memory::dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
+  const md L = large_md(g, dt), S = small_md(g, dt), Wt = weight_md(g, dt);
+  try {
+    if (kind == Kind::forward) {
+      auto pd = forward_pd(g, dt, bias);
+      e.prim = dnnl::convolution_forward(pd);
+      e.inputs.push_back(make_arg(DNNL_ARG_SRC, L, pd.src_desc(), true));
+      e.inputs.push_back(make_arg(DNNL_ARG_WEIGHTS, Wt, pd.weights_desc(), true));
+      if (bias) e.inputs.push_back(make_arg(DNNL_ARG_BIAS, pd.bias_desc(), pd.bias_desc(), true));
+      e.outputs.push_back(make_arg(DNNL_ARG_DST, S, pd.dst_desc(), false));
+      finish(e, pd.impl_info_str(), pd.scratchpad_desc());
+    } else if (kind == Kind::backward_data) {
+      auto hint = forward_pd(g, dt, false);
+      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any_like(g, L),
+                                              any_like(g, Wt), any_like(g, S), strides, dil, pl, pr);
+      dnnl::convolution_backward_data::primitive_desc pd(d, scratch_attr(), engine(), hint);
+      e.prim = dnnl::convolution_backward_data(pd);
+      e.inputs.push_back(make_arg(DNNL_ARG_DIFF_DST, S, pd.diff_dst_desc(), true));
+      e.inputs.push_back(make_arg(DNNL_ARG_WEIGHTS, Wt, pd.weights_desc(), true));
+      e.outputs.push_back(make_arg(DNNL_ARG_DIFF_SRC, L, pd.diff_src_desc(), false));
+      finish(e, pd.impl_info_str(), pd.scratchpad_desc());
+    } else {
+      auto hint = forward_pd(g, dt, bias);
+      md gb_md = bias ? md({g.O}, dnnl_type(dt), tag::x) : md();
+      const bool first = first_layer_blocked && first_layer(g);
+      const md Wd = first ? any_all(Wt) : any_like(g, Wt), Sd = first ? any_all(S) : any_like(g, S);
+      dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, any_like(g, L), Wd, gb_md,
+                                                 Sd, strides, dil, pl, pr);
+      dnnl::convolution_backward_weights::primitive_desc pd(d, scratch_attr(), engine(), hint);
+      e.prim = dnnl::convolution_backward_weights(pd);
+      e.inputs.push_back(make_arg(DNNL_ARG_SRC, L, pd.src_desc(), true));
+      e.inputs.push_back(make_arg(DNNL_ARG_DIFF_DST, S, pd.diff_dst_desc(), true));
+      e.outputs.push_back(make_arg(DNNL_ARG_DIFF_WEIGHTS, Wt, pd.diff_weights_desc(), false));
+      if (bias) e.outputs.push_back(make_arg(DNNL_ARG_DIFF_BIAS, gb_md, pd.diff_bias_desc(), false));
+      finish(e, pd.impl_info_str(), pd.scratchpad_desc());
+    }
+  } catch (const dnnl::error&) {
+    // E.g. a bottom padding below what this oneDNN accepts: the plain loops run instead.
+    e = Entry();
+    e.impl = "unsupported";
+    e.unusable = true;
+  }
+  return e;
+}
+
+// Runs `kind` on oneDNN. Tensors come in the entry's argument order (inputs,
+// then outputs), inputs contiguous, outputs contiguous. False when oneDNN
+// does not take this geometry (nothing was written).
+bool run_dnnl(Kind kind, const ConvGeom& g, DType dt, bool bias, std::initializer_list<const Tensor*> inputs,
+              std::initializer_list<const Tensor*> outputs) {
+  // oneDNN's kernels split work for the OpenMP count seen when the
+  // primitive is created: set it first, and key the cache on it.
+  const int nt = effective_num_threads();
+  dnnl_common::OmpThreads threads(nt);
+  ThreadState& ts = state();
+  const Key key = make_key(kind, dt, bias, nt, g);
+  Entry* e = ts.cache.find(key);
+  if (!e) {
+    Entry made = make_entry(kind, g, dt, bias);
+    if (made.unusable && kind == Kind::backward_weights && first_layer(g))
+      made = make_entry(kind, g, dt, bias, false);
+    e = ts.cache.insert(key, std::move(made));
+  }
+  if (e->unusable) return false;
+  ts.last_impl = e->impl;
+  dnnl::stream& s = stream();
+  size_t i = 0;
+  for (const Tensor* t : inputs) {
+    Arg& a = e->inputs[i++];
+    a.user.set_data_handle(t->data_ptr());
+    if (!a.needs_reorder) continue;
+    auto [buf, filled] = ts.reordered.find_or_claim(*t, a.prim.get_desc());
+    a.prim.set_data_handle(buf);
+    if (filled) {
+      ++ts.reorders_skipped;
+      continue;
+    }
+    a.reorder.execute(s, a.user, a.prim);
+    if (a.id == DNNL_ARG_WEIGHTS) ++ts.weight_reorders;
+  }
+  i = 0;
+  for (const Tensor* t : outputs) e->outputs[i++].user.set_data_handle(t->data_ptr());
+  if (e->scratch_bytes > 0) e->scratch.set_data_handle(ts.scratch.get(e->scratch_bytes));
+  dnnl_status_t st = dnnl_primitive_execute(e->prim.get(), s.get(), int(e->args.size()), e->args.data());
+  KILN_CHECK(st == dnnl_success, "conv", "oneDNN failed to run {} (status {})", e->impl, int(st));
+  for (Arg& a : e->outputs)
+    if (a.needs_reorder) a.reorder.execute(s, a.prim, a.user);
+  return true;
+}
+
+bool on_dnnl(DType dt) { return dt == kF32 || dt == kBF16; }
+
+}  // namespace
+
+void conv_forward(const ConvGeom& g, const Tensor& large_in, const Tensor& w_in, const Tensor* bias,
+                  const Tensor& small) {
+  if (small.numel() == 0) return;
+  const DType dt = small.dtype();
+  if (widen_bf16(dt)) {
+    Tensor s32 = Tensor::empty(small.shape(), kF32, small.device()), b32 = bias ? widened(*bias) : Tensor();
+    conv_forward(g, widened(large_in), widened(w_in), bias ? &b32 : nullptr, s32);
+    copy(s32, small);
+    return;
+  }
+  if (on_dnnl(dt)) {
+    Tensor large = large_in.contiguous(), w = w_in.contiguous();
+    Tensor b = bias ? bias->contiguous() : Tensor();
+    bool ok = bias ? run_dnnl(Kind::forward, g, dt, true, {&large, &w, &b}, {&small})
+                   : run_dnnl(Kind::forward, g, dt, false, {&large, &w}, {&small});
+    if (ok) return;
+  }
+  state().last_impl = "ref";
+  ref::conv_forward(g, large_in, w_in, bias, small);
+}
+
+void conv_backward_data(const ConvGeom& g, const Tensor& small_in, const Tensor& w_in, const Tensor* bias,
+                        const Tensor& large) {
+  if (large.numel() == 0) return;
+  const DType dt = large.dtype();
+  if (widen_bf16(dt)) {
+    Tensor l32 = Tensor::empty(large.shape(), kF32, large.device()), b32 = bias ? widened(*bias) : Tensor();
+    conv_backward_data(g, widened(small_in), widened(w_in), bias ? &b32 : nullptr, l32);
+    copy(l32, large);
+    return;
+  }
+  if (on_dnnl(dt)) {
+    Tensor small = small_in.contiguous(), w = w_in.contiguous();
+    if (run_dnnl(Kind::backward_data, g, dt, false, {&small, &w}, {&large})) {
+      if (bias) {
+        // oneDNN's backward-data has no bias: add it per (b, c) plane.
+        Tensor b = bias->contiguous();
+        dispatch_only<bfloat16, float, double>(dt, [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          using A = acc_t<T>;
+          const T* bp = static_cast<const T*>(b.data_ptr());
+          T* x = static_cast<T*>(large.data_ptr());
+          const int64_t plane = g.H * g.W;
+          parallel_for(0, g.B * g.C, std::max<int64_t>(1, 16384 / std::max<int64_t>(plane, 1)),
+                       [&](int64_t lo, int64_t hi) {
+                         for (int64_t bc = lo; bc < hi; ++bc) {
+                           const A v = A(bp[bc % g.C]);
+                           T* p = x + bc * plane;
+#pragma omp simd
+                           for (int64_t k = 0; k < plane; ++k) p[k] = T(A(p[k]) + v);
+                         }
+                       });
+          });
+      }
+      return;
+    }
+  }
+  state().last_impl = "ref";
+  ref::conv_backward_data(g, small_in, w_in, bias, large);
+}
+
+void conv_backward_weights(const ConvGeom& g, const Tensor& large_in, const Tensor& small_in, const Tensor& gw,
+                           const Tensor* gb) {
+  if (gw.numel() == 0) return;
+  const DType dt = gw.dtype();
+  if (widen_bf16(dt)) {
+    Tensor gw32 = Tensor::empty(gw.shape(), kF32, gw.device());
+    Tensor gb32 = gb ? Tensor::empty(gb->shape(), kF32, gb->device()) : Tensor();
+    conv_backward_weights(g, widened(large_in), widened(small_in), gw32, gb ? &gb32 : nullptr);
+    copy(gw32, gw);
+    if (gb) copy(gb32, *gb);
+    return;
+  }
+  if (on_dnnl(dt) && g.B * g.OH * g.OW > 0) {
+    Tensor large = large_in.contiguous(), small = small_in.contiguous();
+    bool ok = gb ? run_dnnl(Kind::backward_weights, g, dt, true, {&large, &small}, {&gw, gb})
+                 : run_dnnl(Kind::backward_weights, g, dt, false, {&large, &small}, {&gw});
+    if (ok) return;
+  }
+  state().last_impl = "ref";
+  ref::conv_backward_weights(g, large_in, small_in, gw, gb);
+}
+
+const std::string& last_conv_impl() { return state().last_impl; }
+
+ConvCacheStats conv_cache_stats() {
+  const ThreadState& ts = state();
+  return {ts.cache.hits(), ts.cache.misses(), ts.cache.size(), ts.weight_reorders, ts.reorders_skipped};
+}
+
+}  // namespace kiln::backend::cpu
