@@ -9,7 +9,7 @@
 #include <limits>
 #include <set>
 
-#include "tests/support/test_util.h"
+#include "tests/support/data_testing.h"
 
 namespace kiln::data {
 namespace {

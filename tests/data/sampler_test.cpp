@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "tests/support/test_util.h"
+#include "tests/support/data_testing.h"
 
 namespace kiln::data {
 namespace {

@@ -14,7 +14,7 @@
 #include "kiln/data/bpe_tokenizer.h"
 #include "kiln/data/dataloader.h"
 #include "kiln/data/text.h"
-#include "tests/support/test_util.h"
+#include "tests/support/data_testing.h"
 
 namespace kiln::data {
 namespace {

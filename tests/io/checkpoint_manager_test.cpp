@@ -20,8 +20,8 @@
 
 #include "kiln/core/atomic_file.h"
 #include "kiln/io/read_file.h"
-#include "tests/support/test_util.h"
-#include "tests/workers/manager_worker.h"
+#include "tests/support/io_testing.h"
+#include "tests/io/manager_worker.h"
 
 namespace kiln::io {
 namespace {

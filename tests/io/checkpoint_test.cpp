@@ -12,7 +12,7 @@
 #include <fstream>
 
 #include "kiln/core/crc32c.h"
-#include "tests/support/test_util.h"
+#include "tests/support/io_testing.h"
 
 namespace kiln::io {
 namespace {

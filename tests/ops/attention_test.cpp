@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "src/ops/cpu/attention.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -7,7 +7,7 @@
 #include <map>
 
 #include "src/ops/cpu/elementwise.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -8,7 +8,7 @@
 #include <functional>
 
 #include "src/ops/cpu/matmul.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "kiln/ops/norm.h"
 #include "src/ops/cpu/norm.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

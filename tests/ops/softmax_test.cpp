@@ -9,7 +9,7 @@
 
 #include "src/ops/cpu/reduce.h"
 #include "src/ops/cpu/vec_math.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

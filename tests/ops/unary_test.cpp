@@ -10,7 +10,7 @@
 
 #include "src/ops/cpu/elementwise.h"
 #include "src/ops/cpu/elementwise_math.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

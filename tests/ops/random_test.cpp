@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "src/ops/cpu/random.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {
