@@ -7,6 +7,7 @@
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/rngs.h"
+#include "kiln/core/stateful.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/attention.h"
 #include "kiln/ops/binary.h"

@@ -7,11 +7,11 @@
 #include <cstring>
 #include <functional>
 
+#include "kiln/core/crc32c.h"
 #include "kiln/core/error.h"
 #include "kiln/io/read_file.h"
 #include "src/data/text_util.h"
 #include "src/data/tokenizer_json.h"
-#include "src/io/crc32c.h"
 
 namespace kiln::data {
 
@@ -159,7 +159,7 @@ uint32_t merges_crc(const std::vector<BpeTokenizer::Merge>& merges) {
   std::vector<int32_t> flat;
   flat.reserve(merges.size() * 2);
   for (const auto& [l, r] : merges) flat.insert(flat.end(), {l, r});
-  return io::crc32c(flat.data(), flat.size() * sizeof(int32_t));
+  return crc32c(flat.data(), flat.size() * sizeof(int32_t));
 }
 
 }  // namespace

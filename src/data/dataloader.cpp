@@ -273,8 +273,8 @@ void DataLoader::next_epoch() {
   impl_->position = 0;
 }
 
-io::State DataLoader::state() const {
-  io::State s = impl_->sampler.state();
+State DataLoader::state() const {
+  State s = impl_->sampler.state();
   // The sampler's cursor at the first batch not yet handed out: batches the
   // worker gathered ahead are not counted, they are gathered again on resume.
   s["cursor"] = std::to_string(std::min(impl_->position * options_.batch_size, dataset_->size()));
@@ -283,12 +283,12 @@ io::State DataLoader::state() const {
   return s;
 }
 
-void DataLoader::load_state(const io::State& state) {
+void DataLoader::load_state(const State& state) {
   constexpr const char* op = "DataLoader.load_state";
-  const int64_t batch_size = io::state_i64(state, "batch_size", op);
-  const int64_t drop_last = io::state_i64(state, "drop_last", op);
-  const int64_t size = io::state_i64(state, "size", op);
-  const int64_t cursor = io::state_i64(state, "cursor", op);
+  const int64_t batch_size = state_i64(state, "batch_size", op);
+  const int64_t drop_last = state_i64(state, "drop_last", op);
+  const int64_t size = state_i64(state, "size", op);
+  const int64_t cursor = state_i64(state, "cursor", op);
   KILN_CHECK(batch_size == options_.batch_size, op, "the state is of batch_size {}, this loader's is {}", batch_size,
              options_.batch_size);
   KILN_CHECK(drop_last == int64_t(options_.drop_last), op, "the state {} drop_last, this loader {}",
@@ -300,7 +300,7 @@ void DataLoader::load_state(const io::State& state) {
   KILN_CHECK(k >= 0 && k <= impl_->batches && std::min(k * batch_size, size) == cursor, op,
              "cursor {} is not at a batch boundary (batch_size {}, {} batches per epoch)", cursor, batch_size,
              impl_->batches);
-  io::State sampler_state = state;
+  State sampler_state = state;
   sampler_state.erase("batch_size");
   sampler_state.erase("drop_last");
   // Stopping the worker changes nothing visible (the position stays; what it

@@ -40,24 +40,24 @@ void Sampler::next_epoch() {
   draw_order();
 }
 
-io::State Sampler::state() const {
+State Sampler::state() const {
   return {{"size", std::to_string(size_)},          {"shuffle", shuffle_ ? "1" : "0"},
           {"seed", std::to_string(gen_.seed())},    {"offset", std::to_string(epoch_offset_)},
           {"epoch", std::to_string(epoch_)},        {"cursor", std::to_string(cursor_)}};
 }
 
-void Sampler::load_state(const io::State& state) {
+void Sampler::load_state(const State& state) {
   constexpr const char* op = "Sampler.load_state";
   for (const auto& [key, value] : state)
     KILN_CHECK(key == "size" || key == "shuffle" || key == "seed" || key == "offset" || key == "epoch" ||
                    key == "cursor",
                op, "unknown key '{}'", key);
-  int64_t size = io::state_i64(state, "size", op);
-  int64_t shuffle = io::state_i64(state, "shuffle", op);
-  uint64_t seed = io::state_u64(state, "seed", op);
-  uint64_t offset = io::state_u64(state, "offset", op);
-  int64_t epoch = io::state_i64(state, "epoch", op);
-  int64_t cursor = io::state_i64(state, "cursor", op);
+  int64_t size = state_i64(state, "size", op);
+  int64_t shuffle = state_i64(state, "shuffle", op);
+  uint64_t seed = state_u64(state, "seed", op);
+  uint64_t offset = state_u64(state, "offset", op);
+  int64_t epoch = state_i64(state, "epoch", op);
+  int64_t cursor = state_i64(state, "cursor", op);
   KILN_CHECK(size == size_, op, "the state is of a dataset of {} samples, this sampler has {}", size, size_);
   KILN_CHECK(shuffle == int64_t(shuffle_), op, "the state {} shuffle, this sampler {}",
              shuffle ? "does" : "does not", shuffle_ ? "does" : "does not");

@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <array>
 
+#include "kiln/core/atomic_file.h"
+#include "kiln/core/crc32c.h"
 #include "kiln/io/read_file.h"
 #include "src/data/text_util.h"
 #include "src/data/tokenizer_json.h"
-#include "src/io/atomic_file.h"
-#include "src/io/crc32c.h"
 
 namespace kiln::data {
 
@@ -41,7 +41,7 @@ std::string_view Tokenizer::token(int64_t id) const {
 }
 
 void Tokenizer::save(const std::string& path) const {
-  io::detail::atomic_write(fmt::format("{}.save", class_name_).c_str(), path, to_json() + "\n");
+  atomic_write(fmt::format("{}.save", class_name_).c_str(), path, to_json() + "\n");
 }
 
 // ---- ByteTokenizer ----
@@ -110,7 +110,7 @@ std::string CharTokenizer::to_json() const {
   for (const std::string& c : vocab_) all += c;
   nlohmann::ordered_json j = detail::tokenizer_json("char");
   j["vocab"] = all;
-  j["crc32c"] = io::crc32c(all.data(), all.size());
+  j["crc32c"] = crc32c(all.data(), all.size());
   return j.dump();
 }
 
@@ -175,7 +175,7 @@ std::unique_ptr<Tokenizer> from_json(const TokenizerJsonReader& r, std::string_v
   if (type == "byte") return std::make_unique<ByteTokenizer>();
   if (type == "char") {
     const std::string& all = r.string(j.at("vocab"), "vocab");
-    r.check_crc(j, io::crc32c(all.data(), all.size()), "characters");
+    r.check_crc(j, crc32c(all.data(), all.size()), "characters");
     return r.build([&] {
       return std::make_unique<CharTokenizer>(decode_utf8("CharTokenizer", all, "the vocabulary"));
     });

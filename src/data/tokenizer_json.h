@@ -13,7 +13,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/data/bpe_tokenizer.h"
-#include "src/io/json_util.h"
+#include "kiln/io/json_util.h"
 
 namespace kiln::data::detail {
 

@@ -10,9 +10,9 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include "kiln/core/crc32c.h"
 #include "kiln/core/error.h"
-#include "src/io/crc32c.h"
-#include "src/io/json_util.h"
+#include "kiln/io/json_util.h"
 
 namespace kiln::io::detail {
 namespace {

@@ -24,15 +24,15 @@
 #include <set>
 #include <system_error>
 
+#include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
+#include "kiln/io/json_util.h"
 #include "kiln/io/read_file.h"
-#include "src/io/atomic_file.h"
-#include "src/io/json_util.h"
 
 namespace kiln::io {
 namespace fs = std::filesystem;
 namespace {
-using detail::errno_text;
+using kiln::detail::errno_text;
 
 constexpr const char* kFormat = "kiln.CheckpointManager";
 constexpr int64_t kVersion = 1;
@@ -156,7 +156,7 @@ void CheckpointManager::open_folder() {
     if (name.empty() || name[0] != '.' || at == std::string::npos || at < 1) continue;
     std::string target = name.substr(1, at - 1);
     long pid = 0;
-    if ((target != kIndexName && !step_of(target)) || !detail::parse_temporary_name(name, target, pid)) continue;
+    if ((target != kIndexName && !step_of(target)) || !kiln::detail::parse_temporary_name(name, target, pid)) continue;
     // A live writer (another manager in this process, say) is still using its temporary.
     bool dead = pid > std::numeric_limits<pid_t>::max() || (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH);
     if (dead) {
@@ -226,7 +226,7 @@ void CheckpointManager::write_index() const {
   auto list = nlohmann::ordered_json::array();
   for (const Record& r : saved_) list.push_back({{"step", r.step}, {"metric", metric_to_json(r.metric)}});
   j["checkpoints"] = std::move(list);
-  detail::atomic_write("CheckpointManager.save", (fs::path(dir_) / kIndexName).string(), j.dump(2) + "\n");
+  atomic_write("CheckpointManager.save", (fs::path(dir_) / kIndexName).string(), j.dump(2) + "\n");
 }
 
 std::string CheckpointManager::save(const Checkpoint& ckpt, int64_t step, std::optional<double> metric) {

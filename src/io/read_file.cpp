@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
 #include "kiln/core/size_check.h"
-#include "src/io/atomic_file.h"
 
 namespace kiln::io {
 
@@ -23,13 +23,13 @@ std::string read_file(const char* op, const std::string& path, int64_t max_bytes
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
     KILN_CHECK(err != ENOENT, op, "cannot read {}: no such file", path);
-    KILN_FAIL(op, "cannot read {}: {}", path, detail::errno_text(err));
+    KILN_FAIL(op, "cannot read {}: {}", path, kiln::detail::errno_text(err));
   }
   KILN_CHECK(!S_ISDIR(st.st_mode), op, "cannot read {}: it is a folder, not a file", path);
   if (S_ISREG(st.st_mode) && st.st_size > max_bytes) too_large();  // before reading a byte
 
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) KILN_FAIL(op, "cannot read {}: {}", path, detail::errno_text(errno));
+  if (fd < 0) KILN_FAIL(op, "cannot read {}: {}", path, kiln::detail::errno_text(errno));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
@@ -46,7 +46,7 @@ std::string read_file(const char* op, const std::string& path, int64_t max_bytes
     }
     const ssize_t got = ::read(fd, out.data() + done, out.size() - done);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) KILN_FAIL(op, "cannot read {}: {}", path, detail::errno_text(errno));
+    if (got < 0) KILN_FAIL(op, "cannot read {}: {}", path, kiln::detail::errno_text(errno));
     if (got == 0) break;
     done += size_t(got);
   }

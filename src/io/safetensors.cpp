@@ -26,9 +26,9 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
-#include "src/io/atomic_file.h"
-#include "src/io/json_util.h"
+#include "kiln/io/json_util.h"
 #include "src/io/safetensors_internal.h"
 
 static_assert(std::endian::native == std::endian::little,
@@ -48,7 +48,6 @@ using Json = nlohmann::json;
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 constexpr const char* kMetadataKey = "__metadata__";
 
-using detail::AtomicFile;
 using detail::Entry;
 using detail::FileBytes;
 using detail::FileDType;
@@ -86,7 +85,7 @@ const char* file_dtype_name(DType t) {
   return "?";
 }
 
-using detail::errno_text;
+using kiln::detail::errno_text;
 
 /// IEEE binary16 bits -> float (exact: every half is a float).
 float half_to_float(uint16_t h) {

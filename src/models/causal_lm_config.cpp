@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "kiln/core/error.h"
+#include "kiln/io/json_util.h"
 #include "kiln/models/causal_lm.h"
-#include "src/io/json_util.h"
 #include "src/models/causal_lm_names.h"
 
 namespace kiln::models {

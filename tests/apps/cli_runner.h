@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/support/test_util.h"
+#include "tests/support/apps_testing.h"
 
 namespace kiln::testing {
 

@@ -16,7 +16,7 @@
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/checkpoint_manager.h"
 #include "tests/apps/cli_runner.h"
-#include "tests/support/test_util.h"
+#include "tests/support/apps_testing.h"
 
 namespace kiln::app {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "apps/kiln/fashion_mnist.h"
 #include "kiln/io/checkpoint.h"
-#include "tests/support/test_util.h"
+#include "tests/support/apps_testing.h"
 
 namespace kiln::app {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "apps/kiln/generate.h"
 #include "apps/kiln/lm.h"
-#include "tests/support/test_util.h"
+#include "tests/support/apps_testing.h"
 
 namespace kiln::app {
 namespace {

@@ -19,7 +19,7 @@
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/checkpoint_manager.h"
 #include "kiln/io/safetensors.h"
-#include "tests/support/test_util.h"
+#include "tests/support/apps_testing.h"
 
 namespace kiln::app {
 namespace {

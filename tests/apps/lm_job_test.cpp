@@ -14,7 +14,7 @@
 #include "kiln/core/grad_mode.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/ops/reduce.h"
-#include "tests/support/test_util.h"
+#include "tests/support/apps_testing.h"
 
 namespace kiln::app {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "apps/kiln/rl_offpolicy.h"
 #include "kiln/io/checkpoint.h"
-#include "tests/support/test_util.h"
+#include "tests/support/apps_testing.h"
 
 namespace kiln::app {
 namespace {

@@ -12,7 +12,7 @@
 #include "apps/kiln/rl.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/safetensors.h"
-#include "tests/support/test_util.h"
+#include "tests/support/apps_testing.h"
 
 namespace kiln::app {
 namespace {

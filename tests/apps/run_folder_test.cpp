@@ -11,7 +11,7 @@
 
 #include "apps/kiln/resume_check.h"
 #include "apps/kiln/run_folder.h"
-#include "tests/support/test_util.h"
+#include "tests/support/apps_testing.h"
 
 namespace kiln::app {
 namespace {

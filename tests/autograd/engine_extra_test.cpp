@@ -1,5 +1,5 @@
 // grad() of an output that is the input leaf itself is ones, as in PyTorch.
-#include "tests/support/test_util.h"
+#include "tests/support/autograd_testing.h"
 
 namespace kiln {
 

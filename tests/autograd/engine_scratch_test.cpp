@@ -2,7 +2,7 @@
 // runs, a fresh one for a backward started inside another backward, nothing
 // kept alive after a run, and graphs large enough to grow its table.
 #include "kiln/ops/record.h"
-#include "tests/support/test_util.h"
+#include "tests/support/autograd_testing.h"
 
 namespace kiln {
 namespace {

@@ -1,6 +1,6 @@
 // The backward engine: accumulation, graph shapes, retain/create graph, grad
 // mode, error paths (freed graphs, in-place changes, bad arguments).
-#include "tests/support/test_util.h"
+#include "tests/support/autograd_testing.h"
 
 namespace kiln {
 namespace {

@@ -1,6 +1,6 @@
 // GradientTape, functional grad / value_and_grad (with has_aux, nesting) and
 // stop_gradient.
-#include "tests/support/test_util.h"
+#include "tests/support/autograd_testing.h"
 
 namespace kiln {
 namespace {

@@ -2,7 +2,7 @@
 // NoGradGuard update must give every byte back, and after a warm-up the
 // caching allocator must serve every request without calling malloc. (Here
 // rather than in tests/core because it needs the backward engine.)
-#include "tests/support/test_util.h"
+#include "tests/support/autograd_testing.h"
 
 namespace kiln {
 namespace {

@@ -1,4 +1,5 @@
 // The caching allocator: byte counters, block reuse, empty_cache, alignment.
+#include "kiln/core/allocator.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -7,12 +8,12 @@ namespace {
 TEST(Allocator, CurrentAndPeakFollowTensors) {
   MemoryStats s0 = memory_stats();
   {
-    Tensor a = empty({1000});  // 4000 bytes -> 4096-byte class
+    Tensor a = Tensor::empty({1000});  // 4000 bytes -> 4096-byte class
     MemoryStats s1 = memory_stats();
     EXPECT_EQ(s1.current_bytes - s0.current_bytes, 4096);
     EXPECT_GE(s1.peak_bytes, s1.current_bytes);
     EXPECT_EQ(s1.alloc_count - s0.alloc_count, 1);
-    Tensor v = a.view({10, 100});  // views allocate nothing
+    Tensor v = Tensor::make_view(a.storage(), {10, 100}, {100, 1}, 0, kF32);  // views allocate nothing
     EXPECT_EQ(memory_stats().current_bytes, s1.current_bytes);
   }
   MemoryStats s2 = memory_stats();
@@ -24,7 +25,7 @@ TEST(Allocator, PeakResets) {
   reset_peak_memory_stats();
   MemoryStats s0 = memory_stats();
   EXPECT_EQ(s0.peak_bytes, s0.current_bytes);
-  { Tensor big = empty({1 << 18}, {.dtype = kF64}); }  // 2 MiB, freed at once
+  { Tensor big = Tensor::empty({1 << 18}, kF64); }  // 2 MiB, freed at once
   MemoryStats s1 = memory_stats();
   EXPECT_EQ(s1.current_bytes, s0.current_bytes);
   EXPECT_EQ(s1.peak_bytes, s0.current_bytes + (2 << 20));
@@ -35,7 +36,7 @@ TEST(Allocator, PeakResets) {
 TEST(Allocator, SizeClasses) {
   auto grow = [](int64_t nbytes) {
     int64_t before = memory_stats().current_bytes;
-    Tensor t = empty({nbytes}, {.dtype = kU8});
+    Tensor t = Tensor::empty({nbytes}, kU8);
     return memory_stats().current_bytes - before;
   };
   EXPECT_EQ(grow(1), 64);
@@ -48,11 +49,11 @@ TEST(Allocator, SizeClasses) {
 }
 
 TEST(Allocator, BlocksAreReused) {
-  { Tensor warm = empty({12345}); }
+  { Tensor warm = Tensor::empty({12345}); }
   MemoryStats s0 = memory_stats();
   void* first = nullptr;
   for (int i = 0; i < 100; ++i) {
-    Tensor t = empty({12345});
+    Tensor t = Tensor::empty({12345});
     if (i == 0) first = t.data_ptr();
     EXPECT_EQ(t.data_ptr(), first);  // the same cached block every time
   }
@@ -63,7 +64,7 @@ TEST(Allocator, BlocksAreReused) {
 }
 
 TEST(Allocator, EmptyCacheFreesCachedBytes) {
-  { Tensor t = empty({3, 1 << 16}); }
+  { Tensor t = Tensor::empty({3, 1 << 16}); }
   EXPECT_GT(memory_stats().cached_bytes, 0);
   int64_t current = memory_stats().current_bytes;
   empty_cache();
@@ -72,7 +73,7 @@ TEST(Allocator, EmptyCacheFreesCachedBytes) {
   EXPECT_EQ(s.current_bytes, current);
   // The next allocation of that size reaches the system allocator again.
   int64_t mallocs = s.malloc_count;
-  { Tensor t = empty({3, 1 << 16}); }
+  { Tensor t = Tensor::empty({3, 1 << 16}); }
   EXPECT_EQ(memory_stats().malloc_count, mallocs + 1);
 }
 
@@ -80,7 +81,7 @@ TEST(Allocator, SixtyFourByteAlignment) {
   std::vector<Tensor> keep;
   for (int64_t n : {1, 3, 7, 63, 65, 1000, 4097, (1 << 20) + 3})
     for (DType dt : {kU8, kBF16, kF32, kF64}) {
-      keep.push_back(empty({n}, {.dtype = dt}));
+      keep.push_back(Tensor::empty({n}, dt));
       EXPECT_EQ(reinterpret_cast<uintptr_t>(keep.back().data_ptr()) % 64, 0u) << n << " " << name(dt);
     }
 }

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/core/bfloat16.h"
+#include "kiln/core/dtype.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -62,9 +64,8 @@ TEST(DType, CppTypeMapping) {
 
 TEST(BFloat16, RoundsToNearestEvenLikeTorch) {
   const auto& g = testing::golden("core");
-  // Values are numbers or "inf"/"-inf"; golden_tensor parses both.
-  Tensor in = testing::golden_tensor({{"shape", {g.at("bf16_in").size()}}, {"dtype", "f64"}, {"data", g.at("bf16_in")}});
-  auto values = in.to_vector<double>();
+  // Values are numbers or "inf"/"-inf"; golden_values parses both.
+  std::vector<double> values = testing::golden_values(g.at("bf16_in"));
   auto bits = g.at("bf16_bits").get<std::vector<int64_t>>();
   ASSERT_EQ(values.size(), bits.size());
   for (size_t i = 0; i < values.size(); ++i)

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "kiln/core/parallel.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {

@@ -9,7 +9,7 @@
 #include <limits>
 #include <set>
 
-#include "tests/support/test_util.h"
+#include "tests/support/data_testing.h"
 
 namespace kiln::data {
 namespace {
@@ -147,7 +147,7 @@ TEST_P(DataLoaderP, ResumesBitForBitMidEpochAndAtTheEpochBoundary) {
     a.next();  // epoch 0 partly seen, then epoch 1
     a.next_epoch();
     for (int64_t i = 0; i < taken; ++i) a.next();
-    io::State saved = a.state();
+    State saved = a.state();
     EXPECT_EQ(saved.at("epoch"), "1");
     EXPECT_EQ(saved.at("cursor"), std::to_string(std::min<int64_t>(taken * 4, 23)));
     EXPECT_EQ(saved.at("batch_size"), "4");
@@ -178,9 +178,9 @@ TEST_P(DataLoaderP, BadStatesAreRefusedAndChangeNothing) {
   DataLoader a(numbered(20), {.batch_size = 4, .seed = 2, .prefetch = GetParam()});
   a.next();
   a.next();
-  const io::State good = a.state();
+  const State good = a.state();
   auto with = [&](const std::string& key, const std::string& value) {
-    io::State s = good;
+    State s = good;
     s[key] = value;
     return s;
   };
@@ -198,7 +198,7 @@ TEST_P(DataLoaderP, BadStatesAreRefusedAndChangeNothing) {
   EXPECT_KILN_ERROR(b.load_state(with("shuffle", "0")), "[Sampler.load_state] the state does not shuffle");
   EXPECT_KILN_ERROR(b.load_state(with("epoch", "x")), "state 'epoch' is 'x', not an integer");
   EXPECT_KILN_ERROR(b.load_state(with("colour", "red")), "[Sampler.load_state] unknown key 'colour'");
-  io::State missing = good;
+  State missing = good;
   missing.erase("batch_size");
   EXPECT_KILN_ERROR(b.load_state(missing), op + "state has no 'batch_size'");
   // b is where it was: one batch in, the rest of the epoch as a twin's.
@@ -208,7 +208,7 @@ TEST_P(DataLoaderP, BadStatesAreRefusedAndChangeNothing) {
   EXPECT_EQ(rest_of_epoch(b), rest_of_epoch(twin));
 
   DataLoader dropping(numbered(20), {.batch_size = 6, .drop_last = true, .prefetch = GetParam()});
-  io::State d = dropping.state();
+  State d = dropping.state();
   d["cursor"] = "20";  // drop_last: the epoch ends at 18
   EXPECT_KILN_ERROR(dropping.load_state(d), "cursor 20 is not at a batch boundary (batch_size 6, 3 batches per epoch)");
   d["cursor"] = "18";

@@ -12,7 +12,7 @@
 #include <filesystem>
 
 #include "kiln/data/dataloader.h"
-#include "tests/support/test_util.h"
+#include "tests/support/data_testing.h"
 
 namespace kiln::data {
 namespace {

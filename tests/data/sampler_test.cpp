@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "tests/support/test_util.h"
+#include "tests/support/data_testing.h"
 
 namespace kiln::data {
 namespace {
@@ -61,7 +61,7 @@ TEST(Sampler, StateResumesMidEpochAndAcrossEpochs) {
   a.next_epoch();
   a.next(8);
   a.next(8);
-  io::State saved = a.state();
+  State saved = a.state();
   EXPECT_EQ(saved.at("epoch"), "1");
   EXPECT_EQ(saved.at("cursor"), "16");
 
@@ -78,9 +78,9 @@ TEST(Sampler, StateResumesMidEpochAndAcrossEpochs) {
 TEST(Sampler, BadStatesAreRefusedAndChangeNothing) {
   Sampler a(20, true, 1);
   a.next(3);
-  io::State good = a.state();
+  State good = a.state();
   auto with = [&](const std::string& key, const std::string& value) {
-    io::State s = good;
+    State s = good;
     s[key] = value;
     return s;
   };
@@ -92,7 +92,7 @@ TEST(Sampler, BadStatesAreRefusedAndChangeNothing) {
   EXPECT_KILN_ERROR(b.load_state(with("cursor", "21")), "cursor 21 is outside [0, 20]");
   EXPECT_KILN_ERROR(b.load_state(with("epoch", "x")), "state 'epoch' is 'x', not an integer");
   EXPECT_KILN_ERROR(b.load_state(with("colour", "red")), "unknown key 'colour'");
-  io::State missing = good;
+  State missing = good;
   missing.erase("offset");
   EXPECT_KILN_ERROR(b.load_state(missing), "state has no 'offset'");
   EXPECT_EQ(b.cursor(), 5);

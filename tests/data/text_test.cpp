@@ -11,7 +11,7 @@
 
 #include "kiln/data/dataloader.h"
 #include "kiln/io/read_file.h"
-#include "tests/support/test_util.h"
+#include "tests/support/data_testing.h"
 
 namespace kiln::data {
 namespace {

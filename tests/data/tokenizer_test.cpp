@@ -10,11 +10,11 @@
 #include <filesystem>
 #include <random>
 
+#include "kiln/core/crc32c.h"
 #include "kiln/data/bpe_tokenizer.h"
 #include "kiln/data/dataloader.h"
 #include "kiln/data/text.h"
-#include "src/io/crc32c.h"
-#include "tests/support/test_util.h"
+#include "tests/support/data_testing.h"
 
 namespace kiln::data {
 namespace {
@@ -219,7 +219,7 @@ TEST(TokenizerFiles, DamagedFilesAreNamedErrors) {
   const std::string forged = fmt::format(
       R"({{"format":"kiln.tokenizer","version":1,"type":"bpe","pretokenizer":"gpt2","vocab_size":258,)"
       R"("merges":[[1,2],[1,2]],"crc32c":{}}})",
-      io::crc32c(twice, sizeof twice));
+      crc32c(twice, sizeof twice));
   EXPECT_KILN_ERROR(BpeTokenizer::from_json(forged), "[BpeTokenizer.from_json] [BpeTokenizer] merge 1 [1, 2] repeats merge 0");
   EXPECT_KILN_ERROR(BpeTokenizer::load(dir + "/missing.json"), "[BpeTokenizer.load] cannot read " + dir + "/missing.json");
   EXPECT_KILN_ERROR(tokenizer_from_json("{\"format\":\"kiln.tokenizer\",\"version\":1}"), "[tokenizer_from_json] no \"type\"");

@@ -112,7 +112,7 @@ def seeds():
 def main():
     os.makedirs(OUT, exist_ok=True)
     for name in os.listdir(OUT):
-        if not name.startswith("checkpoint_"):  # those are written by kiln (tests/io/fuzz_corpus_test.cpp)
+        if not name.startswith("checkpoint_"):  # those are written by kiln (tests/data/fuzz_corpus_test.cpp)
             os.remove(os.path.join(OUT, name))
     total = 0
     for name, data in seeds():

@@ -2,7 +2,7 @@
 """Writes the seed corpora of the reader fuzz targets that need no checksum:
 tests/fuzz/corpus/{idx,model_config,text}/. (The tokenizer and checkpoints.json
 seeds carry kiln's checksums and are written by kiln itself:
-FuzzCorpus.ReaderSeedsAreCurrent in tests/io/fuzz_corpus_test.cpp.)
+FuzzCorpus.ReaderSeedsAreCurrent in tests/data/fuzz_corpus_test.cpp.)
 
 Standard library only; small files, each valid or wrong in one way.
 

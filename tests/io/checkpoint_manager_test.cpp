@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/atomic_file.h"
 #include "kiln/io/read_file.h"
-#include "src/io/atomic_file.h"
-#include "tests/support/test_util.h"
-#include "tests/workers/manager_worker.h"
+#include "tests/support/io_testing.h"
+#include "tests/io/manager_worker.h"
 
 namespace kiln::io {
 namespace {
@@ -543,11 +543,11 @@ TEST(CheckpointManager, KilledAtRandomMomentsLosesNothing) {
 
 TEST(CheckpointManager, TemporaryNamesAreParsedStrictly) {
   long pid = 0;
-  EXPECT_TRUE(detail::parse_temporary_name(".step-1.safetensors.tmp-123-4", "step-1.safetensors", pid));
+  EXPECT_TRUE(kiln::detail::parse_temporary_name(".step-1.safetensors.tmp-123-4", "step-1.safetensors", pid));
   EXPECT_EQ(pid, 123);
   for (const char* name : {".step-1.safetensors.tmp-123", ".step-1.safetensors.tmp--4", ".step-1.safetensors.tmp-1a-4",
                            "step-1.safetensors.tmp-123-4", ".step-1.safetensors.tmp-123-"})
-    EXPECT_FALSE(detail::parse_temporary_name(name, "step-1.safetensors", pid)) << name;
+    EXPECT_FALSE(kiln::detail::parse_temporary_name(name, "step-1.safetensors", pid)) << name;
 }
 
 }  // namespace

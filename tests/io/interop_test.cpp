@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/io/safetensors.h"
-#include "tests/support/test_util.h"
+#include "tests/support/io_testing.h"
 
 namespace kiln::io {
 namespace {

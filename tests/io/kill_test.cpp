@@ -23,7 +23,7 @@
 #include <thread>
 
 #include "kiln/io/safetensors.h"
-#include "tests/support/test_util.h"
+#include "tests/support/io_testing.h"
 
 namespace kiln::io {
 namespace {

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/io/safetensors_internal.h"
-#include "tests/support/test_util.h"
+#include "tests/support/io_testing.h"
 
 namespace kiln::io {
 namespace {

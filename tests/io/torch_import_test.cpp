@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/io/safetensors.h"
-#include "tests/support/test_util.h"
+#include "tests/support/io_testing.h"
 
 namespace kiln::io {
 namespace {

@@ -11,7 +11,7 @@
 #include "kiln/ops/index.h"
 #include "kiln/ops/random.h"
 #include "kiln/ops/shape.h"
-#include "tests/support/test_util.h"
+#include "tests/support/models_testing.h"
 
 namespace kiln::models {
 namespace {

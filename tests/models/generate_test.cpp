@@ -13,7 +13,7 @@
 #include "kiln/ops/random.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
-#include "tests/support/test_util.h"
+#include "tests/support/models_testing.h"
 
 namespace kiln::models {
 namespace {

@@ -16,7 +16,7 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "kiln/optim/adam.h"
-#include "tests/support/test_util.h"
+#include "tests/support/models_testing.h"
 
 namespace kiln::models {
 namespace {

@@ -6,7 +6,7 @@
 // orthonormality of the rows or columns.
 #include <cmath>
 
-#include "tests/support/test_util.h"
+#include "tests/support/nn_testing.h"
 
 namespace kiln::nn {
 namespace {

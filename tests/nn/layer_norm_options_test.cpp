@@ -5,7 +5,7 @@
 #include "kiln/nn/norm.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/random.h"
-#include "tests/support/test_util.h"
+#include "tests/support/nn_testing.h"
 
 namespace kiln::nn {
 namespace {

@@ -6,7 +6,7 @@
 #include <map>
 #include <tuple>
 
-#include "tests/support/test_util.h"
+#include "tests/support/nn_testing.h"
 
 namespace kiln::nn {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/test_util.h"
+#include "tests/support/nn_testing.h"
 
 namespace kiln::testing {
 

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/support/test_util.h"
+#include "tests/support/nn_testing.h"
 
 namespace kiln::nn {
 namespace {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/ops/creation.h"
-#include "tests/support/test_util.h"
+#include "tests/support/nn_testing.h"
 
 namespace kiln::nn {
 namespace {

@@ -5,7 +5,7 @@
 // contiguous copies (bit for bit: the same arithmetic in the same order).
 // Operands with a non-unit last stride are copied first (the fallback).
 #include "src/backend/cpu/nn/attention.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

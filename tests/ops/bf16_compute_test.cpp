@@ -5,7 +5,7 @@
 // rounding. Both stay on fast code (never oneDNN's reference kernels).
 #include "src/backend/cpu/linalg/conv.h"
 #include "src/backend/cpu/linalg/matmul.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -7,8 +7,8 @@
 #include <map>
 
 #include "src/backend/cpu/elementwise/elementwise.h"
-#include "tests/support/devices.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_devices.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -5,7 +5,7 @@
 // asymmetric padding), in f32 and bf16, and on the cnn_b64 shape; geometries
 // just outside the rule (C = 16, O = 15, groups) keep matching too.
 #include "src/backend/cpu/linalg/conv.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -6,8 +6,8 @@
 
 #include "src/backend/cpu/linalg/conv.h"
 #include "tests/ops/window_args.h"
-#include "tests/support/devices.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_devices.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "src/backend/backend.h"
 #include "src/backend/gpu.h"
-#include "tests/support/devices.h"
+#include "tests/support/ops_devices.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {

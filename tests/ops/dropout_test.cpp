@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kiln/ops/dropout.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

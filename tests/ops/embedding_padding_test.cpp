@@ -2,7 +2,7 @@
 // (PyTorch parity is in tests/nn/embedding_test.cpp); other rows as without it.
 #include <gtest/gtest.h>
 
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -3,7 +3,7 @@
 // goldens, view semantics, gradchecks in f64 and error messages.
 #include <functional>
 
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

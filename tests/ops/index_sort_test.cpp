@@ -1,6 +1,6 @@
 // Tests of sort, argsort and topk (kiln/ops/index.h): PyTorch goldens with
 // ties and NaN, stability, large parallel rows, gradchecks, errors.
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -4,7 +4,7 @@
 #include <functional>
 
 #include "src/backend/cpu/index/index.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -8,8 +8,8 @@
 #include <functional>
 
 #include "src/backend/cpu/linalg/matmul.h"
-#include "tests/support/devices.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_devices.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

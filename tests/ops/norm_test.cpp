@@ -8,7 +8,7 @@
 
 #include "kiln/ops/norm.h"
 #include "src/backend/cpu/nn/norm.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "src/backend/cpu/nn/pool.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "src/backend/cpu/nn/pool.h"
 #include "tests/ops/window_args.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -1,6 +1,6 @@
 // Tests of result_type and can_cast (kiln/ops/promotion.h) against a table of
 // PyTorch's torch.result_type over every dtype pair, 0-dim tensors and numbers.
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -8,8 +8,8 @@
 #include <map>
 
 #include "src/backend/cpu/reduce/reduce.h"
-#include "tests/support/devices.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_devices.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

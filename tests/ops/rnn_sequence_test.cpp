@@ -9,7 +9,7 @@
 
 #include "kiln/ops/rnn.h"
 #include "src/backend/cpu/nn/rnn.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "src/backend/cpu/nn/rotary.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -3,7 +3,7 @@
 // clamping), gradchecks in f64 over shapes, dims and layouts, and errors.
 #include <functional>
 
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

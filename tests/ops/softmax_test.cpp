@@ -9,8 +9,8 @@
 
 #include "src/backend/cpu/reduce/reduce.h"
 #include "src/backend/cpu/vec_math.h"
-#include "tests/support/devices.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_devices.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

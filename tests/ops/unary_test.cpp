@@ -10,8 +10,8 @@
 
 #include "src/backend/cpu/elementwise/elementwise.h"
 #include "src/backend/cpu/elementwise/elementwise_math.h"
-#include "tests/support/devices.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_devices.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

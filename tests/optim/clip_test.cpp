@@ -7,7 +7,7 @@
 
 #include "kiln/optim/adam.h"
 #include "kiln/optim/clip.h"
-#include "tests/support/test_util.h"
+#include "tests/support/optim_testing.h"
 
 namespace kiln::optim {
 namespace {

@@ -9,7 +9,7 @@
 #include "kiln/optim/muon.h"
 #include "kiln/optim/noop.h"
 #include "kiln/optim/sgd.h"
-#include "tests/support/test_util.h"
+#include "tests/support/optim_testing.h"
 
 namespace kiln::optim {
 namespace {

@@ -13,7 +13,7 @@
 #include "kiln/optim/adam.h"
 #include "kiln/optim/noop.h"
 #include "kiln/optim/sgd.h"
-#include "tests/support/test_util.h"
+#include "tests/support/optim_testing.h"
 
 namespace kiln::optim {
 namespace {

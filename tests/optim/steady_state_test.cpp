@@ -2,7 +2,7 @@
 // allocator nor oneDNN's primitive creation: the PPO update and batch-1
 // actor-critic forward of bench/train_rl_bench.cpp and the MLP step of
 // bench/train_mlp_bench.cpp (smaller), checked with memory_stats().
-#include "tests/support/test_util.h"
+#include "tests/support/optim_testing.h"
 
 namespace kiln {
 namespace {

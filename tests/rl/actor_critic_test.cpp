@@ -6,7 +6,7 @@
 
 #include "kiln/rl/actor_critic.h"
 #include "tests/rl/toy_envs.h"
-#include "tests/support/test_util.h"
+#include "tests/support/rl_testing.h"
 
 namespace kiln::rl {
 namespace {

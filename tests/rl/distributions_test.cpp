@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kiln/rl/distributions.h"
-#include "tests/support/test_util.h"
+#include "tests/support/rl_testing.h"
 
 namespace kiln::rl {
 namespace {

@@ -1,8 +1,7 @@
 // The environment contract's value types (kiln/rl/env.h): spaces and Transition::done.
 #include <gtest/gtest.h>
 
-#include "kiln/kiln.h"
-#include "tests/support/test_util.h"
+#include "tests/support/rl_testing.h"
 
 namespace kiln::rl {
 namespace {

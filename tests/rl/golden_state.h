@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/nn/module.h"
-#include "tests/support/test_util.h"
+#include "tests/support/rl_testing.h"
 
 namespace kiln::testing {
 

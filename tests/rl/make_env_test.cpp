@@ -1,8 +1,7 @@
 // rl::make_vector_env: names, short names, and the error for unknown ones.
 #include <gtest/gtest.h>
 
-#include "kiln/kiln.h"
-#include "tests/support/test_util.h"
+#include "tests/support/rl_testing.h"
 
 namespace kiln::rl {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "kiln/kiln.h"
+#include "tests/support/rl_testing.h"
 
 namespace kiln::rl::detail {
 namespace {

@@ -6,8 +6,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "kiln/kiln.h"
-#include "tests/support/test_util.h"
+#include "tests/support/rl_testing.h"
 
 namespace kiln::rl {
 namespace {

@@ -9,7 +9,7 @@
 #include "kiln/rl/evaluate.h"
 #include "kiln/rl/ppo.h"
 #include "tests/rl/toy_envs.h"
-#include "tests/support/test_util.h"
+#include "tests/support/rl_testing.h"
 
 namespace kiln::rl {
 namespace {

@@ -7,8 +7,7 @@
 #include <map>
 #include <numbers>
 
-#include "kiln/kiln.h"
-#include "tests/support/test_util.h"
+#include "tests/support/rl_testing.h"
 
 namespace kiln::rl {
 namespace {

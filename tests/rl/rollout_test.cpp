@@ -4,7 +4,7 @@
 // a hand-computed case; flat views share the storage; gather picks rows;
 // errors leave the storage unchanged.
 #include "kiln/rl/rollout.h"
-#include "tests/support/test_util.h"
+#include "tests/support/rl_testing.h"
 
 namespace kiln::rl {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "kiln/kiln.h"
+#include "tests/support/rl_testing.h"
 #include "kiln/rl/env.h"
 
 namespace kiln::rl::toy {

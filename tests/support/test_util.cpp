@@ -1,4 +1,4 @@
-// Shared test helpers.
+// Shared test helpers of every layer's tests (tests/support/test_util.h).
 #include "tests/support/test_util.h"
 
 #include <cmath>
@@ -33,19 +33,12 @@ double json_number(const nlohmann::json& v) {
   return v.get<double>();
 }
 
-DType dtype_from_name(const std::string& s) {
-  for (DType t : {kBool, kU8, kI32, kI64, kBF16, kF32, kF64})
-    if (name(t) == s) return t;
-  KILN_FAIL("golden", "unknown dtype '{}'", s);
-}
 }  // namespace
 
-Tensor golden_tensor(const nlohmann::json& j) {
-  Shape shape(j.at("shape").get<std::vector<int64_t>>());
-  std::vector<double> data;
-  for (const auto& v : j.at("data")) data.push_back(json_number(v));
-  Tensor t = tensor(data, shape);
-  return to(t, dtype_from_name(j.at("dtype").get<std::string>()));
+std::vector<double> golden_values(const nlohmann::json& data) {
+  std::vector<double> out;
+  for (const auto& v : data) out.push_back(json_number(v));
+  return out;
 }
 
 ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double rtol, double atol) {
@@ -105,41 +98,6 @@ std::string read_bytes(const std::string& path) {
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), std::streamsize(bytes.size()));
-}
-
-Tensor noncontiguous(const Tensor& x) {
-  if (x.dim() == 0) return x;
-  // Store with the last dim outermost, then view back: same values, strides permuted.
-  Shape perm;
-  perm.push_back(x.dim() - 1);
-  for (int64_t d = 0; d + 1 < x.dim(); ++d) perm.push_back(d);
-  Shape inv;
-  for (int64_t d = 1; d < x.dim(); ++d) inv.push_back(d);
-  inv.push_back(0);
-  Tensor stored;
-  {
-    NoGradGuard g;
-    stored = contiguous(permute(x, perm));
-  }
-  Tensor out = permute(stored, inv);
-  if (x.requires_grad() && x.is_leaf()) {
-    // A leaf with the same values and a non-contiguous layout.
-    out = out.detach();
-    out.requires_grad_(true);
-  }
-  return out;
-}
-
-Tensor leaf(const Shape& shape, uint64_t seed, double lo, double hi) {
-  Generator gen(seed);
-  Tensor t = rand(shape, gen, {.dtype = kF64});
-  Tensor out;
-  {
-    NoGradGuard g;
-    out = add(mul(t, hi - lo), lo);
-  }
-  out.requires_grad_(true);
-  return out;
 }
 
 }  // namespace kiln::testing

@@ -1,5 +1,8 @@
-// Shared test helpers: closeness checks, error-message checks, golden files
-// written by tools/gen_goldens.py, and non-contiguous copies of inputs.
+// Shared test helpers of every layer's tests, core's own: closeness checks,
+// error-message checks, golden files written by tools/gen_goldens.py, scratch
+// folders. Only core headers: a layer's tests include the helpers of their
+// layer, tests/support/<layer>_testing.h, which add that layer's headers and
+// the helpers over ops (golden tensors, gradchecks).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,18 +13,17 @@
 #include <string>
 #include <vector>
 
-#include "kiln/kiln.h"
+#include "kiln/core/cpu_info.h"
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::testing {
 
-/// A function of a test's inputs, as gradcheck takes it.
-using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
-
 /// Loads tests/goldens/<name>.json.
 const nlohmann::json& golden(const std::string& name);
-/// A golden tensor: {"shape": [...], "dtype": "f32", "data": [...]} (data
-/// row-major; NaN/inf written as strings "nan", "inf", "-inf").
-Tensor golden_tensor(const nlohmann::json& j);
+/// A golden array's values: numbers, booleans (0/1), and "nan", "inf", "-inf"
+/// (JSON has no NaN or infinity).
+std::vector<double> golden_values(const nlohmann::json& data);
 
 /// Elementwise |a - b| <= atol + rtol * |b| with equal shapes; NaNs must match.
 ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-6);
@@ -40,13 +42,6 @@ std::filesystem::path scratch_root();
 /// A fresh, empty folder for the running test under scratch_root(), named
 /// after its suite and name (plus `suffix`); an earlier run's files are removed.
 std::string fresh_dir(const std::string& suffix = "");
-
-/// A module's state-dict keys in order (to compare with PyTorch's layout).
-inline std::vector<std::string> state_dict_keys(const nn::Module& m) {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : m.state_dict()) out.push_back(k);
-  return out;
-}
 
 /// Runs body once per kernel ISA this build and CPU can run (avx2 always,
 /// avx512 where available: NOTE [Per-ISA kernels] in CMakeLists.txt), with
@@ -69,24 +64,6 @@ inline void for_each_kernel_isa(const std::function<void(KernelIsa)>& body) {
   detail::set_kernel_isa(saved);
 }
 
-/// The same values in a non-contiguous layout (a transposed copy viewed back).
-Tensor noncontiguous(const Tensor& x);
-/// Random f64 leaf with requires_grad for gradchecks, values in [lo, hi).
-Tensor leaf(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0);
-
-/// Second order: gradcheck of x -> sum_i sum(g_i^2), g = d sum(fn(x)^3) / dx
-/// computed with create_graph, so every vjp's own vjp is checked.
-/// (inline: the core tests link no autograd.)
-inline GradcheckResult gradcheck_second_order(const Fn& fn, const std::vector<Tensor>& inputs) {
-  TensorFn outer = [fn](const std::vector<Tensor>& in) {
-    std::vector<Tensor> g = kiln::grad([fn](const std::vector<Tensor>& xs) { return sum(pow(fn(xs), 3)); }, in);
-    Tensor total = sum(g[0] * g[0]);
-    for (size_t i = 1; i < g.size(); ++i) total = total + sum(g[i] * g[i]);
-    return total;
-  };
-  return gradcheck(outer, inputs);
-}
-
 }  // namespace kiln::testing
 
 /// EXPECT_KILN_ERROR(stmt, "substring"): stmt throws kiln::Error whose what()
@@ -100,11 +77,4 @@ inline GradcheckResult gradcheck_second_order(const Fn& fn, const std::vector<Te
       EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)                   \
           << "message: " << e.what() << "\nexpected to contain: " << (substring);           \
     }                                                                                       \
-  } while (0)
-
-/// EXPECT_GRADCHECK(fn, inputs[, opts]).
-#define EXPECT_GRADCHECK(...)                                  \
-  do {                                                         \
-    auto kiln_gc_result = ::kiln::gradcheck(__VA_ARGS__);      \
-    EXPECT_TRUE(kiln_gc_result.ok) << kiln_gc_result.message;  \
   } while (0)

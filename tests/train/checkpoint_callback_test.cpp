@@ -17,7 +17,7 @@
 #include "kiln/train/callbacks/validation.h"
 #include "kiln/train/control.h"
 #include "kiln/train/trainer.h"
-#include "tests/support/test_util.h"
+#include "tests/support/train_testing.h"
 #include "tests/train/tiny_run.h"
 
 namespace kiln {

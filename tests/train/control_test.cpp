@@ -15,7 +15,7 @@
 #include "kiln/data/dataloader.h"
 #include "kiln/nn/linear.h"
 #include "kiln/optim/sgd.h"
-#include "tests/support/test_util.h"
+#include "tests/support/train_testing.h"
 
 namespace kiln::train {
 namespace {

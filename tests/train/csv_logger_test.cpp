@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "output_fixture.h"
-#include "tests/support/test_util.h"
+#include "tests/support/train_testing.h"
 
 namespace kiln::train {
 namespace {

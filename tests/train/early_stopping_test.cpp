@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "kiln/train/trainer.h"
-#include "tests/support/test_util.h"
+#include "tests/support/train_testing.h"
 #include "tests/train/tiny_run.h"
 
 namespace kiln {

@@ -9,7 +9,7 @@
 
 #include "kiln/optim/schedulers.h"
 #include "output_fixture.h"
-#include "tests/support/test_util.h"
+#include "tests/support/train_testing.h"
 
 namespace kiln::train {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "kiln/ops/creation.h"
 #include "kiln/train/metrics.h"
-#include "tests/support/test_util.h"
+#include "tests/support/train_testing.h"
 
 namespace kiln::train {
 namespace {

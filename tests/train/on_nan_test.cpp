@@ -8,8 +8,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "kiln/kiln.h"
-#include "tests/support/test_util.h"
+#include "tests/support/train_testing.h"
 #include "tests/train/tiny_run.h"
 
 namespace kiln::train {

@@ -13,7 +13,7 @@
 #include "kiln/train/callbacks/progress_bar.h"
 #include "kiln/train/callbacks/summary.h"
 #include "output_fixture.h"
-#include "tests/support/test_util.h"
+#include "tests/support/train_testing.h"
 
 namespace kiln::train {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "kiln/train/callbacks/validation.h"
 #include "output_fixture.h"
-#include "tests/support/test_util.h"
+#include "tests/support/train_testing.h"
 
 namespace kiln::train {
 namespace {

@@ -7,8 +7,7 @@
 
 #include <csignal>
 
-#include "kiln/kiln.h"
-#include "tests/support/test_util.h"
+#include "tests/support/train_testing.h"
 #include "tests/train/tiny_run.h"
 
 namespace kiln::train {

@@ -10,7 +10,7 @@
 #include "kiln/optim/sgd.h"
 #include "kiln/train/metrics.h"
 #include "kiln/train/steps.h"
-#include "tests/support/test_util.h"
+#include "tests/support/train_testing.h"
 
 namespace kiln::train {
 namespace {

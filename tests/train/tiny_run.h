@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kiln/data/dataloader.h"
-#include "kiln/kiln.h"
+#include "tests/support/train_testing.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::testing {

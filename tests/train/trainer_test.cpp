@@ -16,7 +16,7 @@
 #include "kiln/optim/adam.h"
 #include "kiln/train/control.h"
 #include "kiln/train/trainer.h"
-#include "tests/support/test_util.h"
+#include "tests/support/train_testing.h"
 
 namespace kiln::train {
 namespace {

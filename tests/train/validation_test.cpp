@@ -14,7 +14,7 @@
 #include "kiln/train/metrics.h"
 #include "kiln/train/steps.h"
 #include "kiln/train/trainer.h"
-#include "tests/support/test_util.h"
+#include "tests/support/train_testing.h"
 #include "tests/train/tiny_run.h"
 
 namespace kiln {

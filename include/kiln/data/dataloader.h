@@ -26,9 +26,9 @@
 #include <memory>
 #include <optional>
 
+#include "kiln/core/stateful.h"
 #include "kiln/data/dataset.h"
 #include "kiln/data/sampler.h"
-#include "kiln/io/checkpoint.h"
 
 namespace kiln::data {
 
@@ -40,7 +40,7 @@ struct DataLoaderOptions {
   int prefetch = 2;        // batches gathered ahead by a background thread; 0: none, no thread
 };
 
-class DataLoader : public io::Stateful {
+class DataLoader : public Stateful {
  public:
   DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {});
   ~DataLoader() override;
@@ -75,8 +75,8 @@ class DataLoader : public io::Stateful {
 
   /// The sampler's state at the first batch not yet handed out, plus
   /// {"batch_size", "drop_last"}; load_state checks them before changing anything.
-  io::State state() const override;
-  void load_state(const io::State& state) override;
+  State state() const override;
+  void load_state(const State& state) override;
 
  private:
   struct Impl;

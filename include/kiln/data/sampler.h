@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "kiln/core/generator.h"
-#include "kiln/io/checkpoint.h"
+#include "kiln/core/stateful.h"
 
 namespace kiln::data {
 
-class Sampler : public io::Stateful {
+class Sampler : public Stateful {
  public:
   /// Indices 0..size-1, in a new random order each epoch (shuffle) or in order.
   explicit Sampler(int64_t size, bool shuffle = true, uint64_t seed = 0);
@@ -39,10 +39,10 @@ class Sampler : public io::Stateful {
 
   /// {"size", "shuffle", "seed", "offset", "epoch", "cursor"}: "offset" is the
   /// generator's position before this epoch's permutation was drawn.
-  io::State state() const override;
+  State state() const override;
   /// Checks everything (the same size and shuffle, a cursor within the
   /// epoch) before changing anything.
-  void load_state(const io::State& state) override;
+  void load_state(const State& state) override;
 
  private:
   void draw_order();

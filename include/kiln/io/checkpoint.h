@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kiln/core/rngs.h"
+#include "kiln/core/stateful.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::optim {
@@ -42,27 +43,15 @@ struct Progress {
   friend bool operator==(const Progress&, const Progress&) = default;
 };
 
-/// The state of an object that rides in a checkpoint's metadata (a data
-/// loader's order, a callback's counters): a flat map of strings, so any
-/// value (a u64 seed, a double printed with %.17g) round-trips exactly.
-using State = std::map<std::string, std::string>;
-
-/// An object a checkpoint can carry. load_state must check the whole state
-/// before changing anything, throwing a kiln::Error that names the key.
-class Stateful {
- public:
-  virtual ~Stateful() = default;
-  virtual State state() const = 0;
-  virtual void load_state(const State& state) = 0;
-};
-
-/// Typed reads of a State's values, for load_state implementations: throw
-/// "[op] state has no 'cursor'" or "[op] state 'cursor' is 'x', not an integer".
-/// Write values with std::to_string or fmt::format("{}", x) (a double's
-/// shortest exact form).
-int64_t state_i64(const State& state, const std::string& key, const char* op);
-uint64_t state_u64(const State& state, const std::string& key, const char* op);
-double state_f64(const State& state, const std::string& key, const char* op);
+// The objects a checkpoint carries besides models and optimizers: State,
+// Stateful and the typed reads live in core (kiln/core/stateful.h) so that
+// data's loader is checkpointable without seeing io; io's names for them
+// stay valid.
+using kiln::State;
+using kiln::Stateful;
+using kiln::state_f64;
+using kiln::state_i64;
+using kiln::state_u64;
 
 class Checkpoint {
  public:

@@ -3,7 +3,7 @@
 // kiln's, e.g. torch.float64 -> f64).
 #include <functional>
 
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -1,12 +1,13 @@
 // CRC32C (Castagnoli, polynomial 0x1EDC6F41 reflected = 0x82F63B78): the
-// per-tensor checksum of kiln's checkpoints. Same values as iSCSI / ext4 /
+// per-tensor checksum of kiln's checkpoints and tokenizer files (core: io and
+// data both check it). Same values as iSCSI / ext4 /
 // Python's `crc32c` package: crc32c("123456789") = 0xE3069283.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-namespace kiln::io {
+namespace kiln {
 
 /// The CRC32C of `n` bytes, continuing from `crc` (the result of a previous
 /// call over the preceding bytes; 0 to start). Uses the SSE4.2 crc32
@@ -23,4 +24,4 @@ namespace detail {
 uint32_t crc32c_portable(const void* data, size_t n, uint32_t crc = 0);
 }  // namespace detail
 
-}  // namespace kiln::io
+}  // namespace kiln

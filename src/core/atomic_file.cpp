@@ -1,5 +1,5 @@
 // atomic_write: temporary file, fsync, rename, fsync of the folder.
-#include "src/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,8 +12,11 @@
 
 #include "kiln/core/error.h"
 
-namespace kiln::io::detail {
-std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+namespace kiln {
+
+using detail::errno_text;
+
+std::string detail::errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
 
 namespace {
 
@@ -90,7 +93,7 @@ void atomic_write(const char* op, const std::string& path, std::string_view byte
   file.commit();
 }
 
-bool parse_temporary_name(const std::string& file_name, const std::string& target_name, long& pid) {
+bool detail::parse_temporary_name(const std::string& file_name, const std::string& target_name, long& pid) {
   // ".<target>.tmp-<pid>-<n>", both numbers plain decimal.
   const std::string head = "." + target_name + ".tmp-";
   if (file_name.size() <= head.size() || file_name.compare(0, head.size(), head) != 0) return false;
@@ -106,4 +109,4 @@ bool parse_temporary_name(const std::string& file_name, const std::string& targe
   return true;
 }
 
-}  // namespace kiln::io::detail
+}  // namespace kiln

@@ -1,4 +1,4 @@
-// One leg of the exact-resume test (tests/io/resume_test.cpp), in its own
+// One leg of the exact-resume test (tests/data/resume_test.cpp), in its own
 // process so that nothing but the checkpoint carries over:
 //
 //   kiln_resume_worker straight THREADS STEPS OUT          train STEPS steps from scratch
@@ -16,7 +16,23 @@
 #include <string>
 #include <vector>
 
-#include "kiln/kiln.h"
+#include "kiln/core/parallel.h"
+#include "kiln/core/rngs.h"
+#include "kiln/data/sampler.h"
+#include "kiln/io/checkpoint.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/nn/activation.h"
+#include "kiln/nn/containers.h"
+#include "kiln/nn/dropout.h"
+#include "kiln/nn/linear.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/index.h"
+#include "kiln/ops/loss.h"
+#include "kiln/ops/random.h"
+#include "kiln/optim/adam.h"
+#include "kiln/optim/clip.h"
+#include "kiln/optim/schedulers.h"
 
 using namespace kiln;
 

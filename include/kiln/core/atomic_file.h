@@ -1,16 +1,18 @@
 // Atomic replacement of a file (docs/io.md, "Atomic saves"): what
-// save_safetensors and the checkpoint manager's record are written with.
-// Internal to src/io: not installed, not in kiln.h.
+// save_safetensors, the checkpoint manager's record and the tokenizers' files
+// are written with (core: io and data both write files; not in kiln.h).
 #pragma once
 
 #include <functional>
 #include <string>
 #include <string_view>
 
-namespace kiln::io::detail {
+namespace kiln {
 
+namespace detail {
 /// strerror's text for an errno value, for error messages.
 std::string errno_text(int err);
+}  // namespace detail
 
 /// A new version of `path`, written to a temporary ".<name>.tmp-<pid>-<n>"
 /// beside it (O_EXCL) and put in place by commit(): fsync, close, rename over
@@ -45,9 +47,11 @@ class AtomicFile {
 /// temporary is removed and "[op] path: ..." is thrown with the errno text.
 void atomic_write(const char* op, const std::string& path, std::string_view bytes);
 
+namespace detail {
 /// Whether `file_name` is a temporary of an atomic write of `target_name`
 /// (".<target_name>.tmp-<pid>-<n>", as atomic_write and save_safetensors name
 /// them); sets `pid` to the writer's process id.
 bool parse_temporary_name(const std::string& file_name, const std::string& target_name, long& pid);
+}  // namespace detail
 
-}  // namespace kiln::io::detail
+}  // namespace kiln

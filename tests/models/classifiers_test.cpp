@@ -8,7 +8,7 @@
 
 #include "kiln/models/classifiers.h"
 #include "kiln/ops/random.h"
-#include "tests/support/test_util.h"
+#include "tests/support/models_testing.h"
 
 namespace kiln::models {
 namespace {

@@ -7,13 +7,17 @@
 // checkpoint, writes "ready\n" to stdout, then saves step after step (every
 // weight equal to the step, metric manager_metric(step)) until it is killed.
 // It stops by itself after 20 s, should nobody kill it.
-#include "tests/workers/manager_worker.h"
+#include "tests/io/manager_worker.h"
 
 #include <chrono>
 #include <cstdio>
 #include <string>
 
-#include "kiln/kiln.h"
+#include "kiln/core/rngs.h"
+#include "kiln/io/checkpoint.h"
+#include "kiln/io/checkpoint_manager.h"
+#include "kiln/nn/linear.h"
+#include "kiln/ops/creation.h"
 
 using namespace kiln;
 

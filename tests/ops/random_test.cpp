@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "src/backend/cpu/random/random.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

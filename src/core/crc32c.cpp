@@ -2,7 +2,7 @@
 // latency of 3 cycles and a throughput of 1, so one stream runs at a third of
 // the possible speed), combined by shifting the first two streams' CRCs over
 // the bytes that followed them; a slicing-by-1 table elsewhere.
-#include "src/io/crc32c.h"
+#include "kiln/core/crc32c.h"
 
 #include <array>
 #include <cstring>
@@ -14,7 +14,7 @@
 #include <nmmintrin.h>
 #endif
 
-namespace kiln::io {
+namespace kiln {
 namespace {
 
 constexpr uint32_t kPoly = 0x82F63B78u;  // reflected Castagnoli polynomial
@@ -138,4 +138,4 @@ uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
   return crc;
 }
 
-}  // namespace kiln::io
+}  // namespace kiln

@@ -1,6 +1,6 @@
 // Creation ops against PyTorch goldens (tools/goldens/core.py), and their
 // argument checks.
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -1,7 +1,7 @@
 // The Tensor handle: metadata, element access on any layout, host buffers.
 #include <cstring>
 
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

@@ -1,5 +1,6 @@
-// JSON helpers of kiln's file formats (src/io only): a value quoted briefly
-// in an error message, and doubles that may be infinite or NaN.
+// JSON helpers of kiln's file formats (checkpoints, the tokenizers' and model
+// configs' JSON): a value quoted briefly in an error message, and doubles that
+// may be infinite or NaN. Needs nlohmann_json; not in kiln.h.
 #pragma once
 
 #include <fmt/format.h>

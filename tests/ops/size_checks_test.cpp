@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "kiln/core/size_check.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

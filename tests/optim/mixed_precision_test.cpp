@@ -13,8 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/kiln.h"
-#include "tests/support/test_util.h"
+#include "tests/support/optim_testing.h"
 
 namespace kiln::nn {
 namespace {

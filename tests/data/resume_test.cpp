@@ -3,7 +3,7 @@
 // bit: the loss sequence, every parameter, every optimizer moment and step,
 // and every random state (dropout's generator, the Rngs streams, the
 // sampler's order and cursor), for 1 and 2 threads. The legs run in
-// tests/workers/resume_worker.cpp.
+// tests/data/resume_worker.cpp.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/safetensors.h"
-#include "tests/support/test_util.h"
+#include "tests/support/data_testing.h"
 
 namespace kiln::io {
 namespace {

@@ -15,7 +15,7 @@
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/checkpoint_manager.h"
 #include "kiln/io/safetensors.h"
-#include "tests/support/test_util.h"
+#include "tests/support/data_testing.h"
 
 namespace kiln::io {
 namespace {

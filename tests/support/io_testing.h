@@ -1,0 +1,10 @@
+// What a test of layer io may use: the io headers, over optim's
+// (tests/support/optim_testing.h); nothing above io (tools/check_layers.py
+// holds each layer's tests to it).
+#pragma once
+
+#include "kiln/io/checkpoint.h"
+#include "kiln/io/checkpoint_manager.h"
+#include "kiln/io/read_file.h"
+#include "kiln/io/safetensors.h"
+#include "tests/support/optim_testing.h"
