@@ -38,6 +38,7 @@
 #include "kiln/nn/conv.h"
 #include "kiln/nn/dropout.h"
 #include "kiln/nn/embedding.h"
+#include "kiln/nn/functional_call.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/linear.h"
 #include "kiln/nn/module.h"

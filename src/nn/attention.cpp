@@ -148,8 +148,8 @@ AttentionOutput MultiheadAttention::run(const Tensor& query_in, const Tensor& ke
     KILN_CHECK(query_in.is_same(key_in) && key_in.is_same(value_in), kMha,
                "a KV cache is for self-attention: query, key and value must be one tensor");
     KILN_CHECK(!GradMode::is_enabled(), kMha, "a KV cache is for inference: run under NoGradGuard");
-    KILN_CHECK(!call.mask.defined() && !call.additive_mask.defined() && !call.need_weights, kMha,
-               "a call with a KV cache takes no mask, additive_mask or need_weights");
+    KILN_CHECK(!call.mask.defined() && !call.additive_mask.defined(), kMha,
+               "a call with a KV cache takes no mask or additive_mask");
     KILN_CHECK(cache->key.defined() && cache->value.defined() && cache->key.dim() == 4 &&
                    cache->key.shape() == cache->value.shape() && cache->key.size(0) == B && cache->key.size(1) == H &&
                    cache->key.size(3) == head_dim && cache->key.dtype() == dt && cache->value.dtype() == dt,
@@ -178,7 +178,8 @@ AttentionOutput MultiheadAttention::run(const Tensor& query_in, const Tensor& ke
                to_string(call.additive_mask.shape()), to_string(full));
   }
   KILN_CHECK(!((call.need_weights || call.additive_mask.defined()) && policy == AttentionBackend::Flash), kMha,
-             "policy Flash cannot return weights or take an additive_mask; use Auto or Standard");
+             "policy Flash cannot return weights or take an additive_mask; use Auto or Standard, or pass "
+             "need_weights = false (true by default, as in PyTorch)");
   const bool drop = is_training() && dropout > 0;
   KILN_CHECK(!drop || rngs != nullptr, kMha,
              "dropout {} in training draws from rngs: call forward(query, key, value, rngs, ...) or eval()", dropout);
@@ -257,8 +258,11 @@ AttentionOutput MultiheadAttention::run(const Tensor& query_in, const Tensor& ke
   }
 
   if (cache) cache->length = offset + Tq;
-  AttentionOutput result{out, Tensor()};
-  if (call.need_weights) result.weights = call.average_attn_weights ? mean(weights, {1}) : weights;
+  AttentionOutput result{out, Tensor(), Tensor()};
+  if (call.need_weights) {  // weights [B, H, Tq, Tk]: both views from this one call
+    result.head_weights = weights;
+    result.weights = call.average_attn_weights ? mean(weights, {1}) : weights;
+  }
   return result;
 }
 
@@ -361,8 +365,12 @@ Tensor TransformerBlock::run(const Tensor& x_in, Rngs* rngs, const BlockCall& ca
     Generator gen = rngs->next("dropout");
     return kiln::dropout(t, p, /*training=*/true, gen);
   };
-  const AttentionCall ac{
-      .mask = call.mask, .additive_mask = call.additive_mask, .causal = options.causal, .cache = call.cache};
+  // need_weights = false: the block uses only the output, so Auto keeps the flash path.
+  const AttentionCall ac{.mask = call.mask,
+                         .additive_mask = call.additive_mask,
+                         .causal = options.causal,
+                         .need_weights = false,
+                         .cache = call.cache};
   auto attn = [&](const Tensor& h) {  // self-attention: h is query, key and value (one GEMM)
     return dropped(rngs ? self_attn->forward(h, h, h, *rngs, ac).output : self_attn->forward(h, h, h, ac).output);
   };

@@ -37,7 +37,7 @@ void check_padding(const char* layer, const ConvPadding& p) {
              "padding '{}' must be an int, a pair, \"same\" or \"valid\"", p.mode);
 }
 
-// Conv1d takes scalar arguments: a Size2 or padding pair must have h == w.
+// A 1-d layer takes scalar sizes: a pair (Conv1d's ConvPadding {h, w}, ConvTranspose1d's Size2) must have h == w.
 void check_scalar(const char* layer, const char* what, int64_t h, int64_t w) {
   KILN_CHECK(h == w, layer, "{} ({}, {}) must be a single int for a 1-d layer", what, h, w);
 }
@@ -84,7 +84,8 @@ void check_transpose_args(const char* layer, const ConvTransposeOptions& o) {
 template <class O>
 std::string common_repr(std::string s, const O& o, int dims, bool has_bias) {
   auto show = [&](Size2 v) { return dims == 1 ? fmt::format("({},)", v.h) : pair_str(v); };
-  if (o.dilation.h != 1 || o.dilation.w != 1) s += ", dilation=" + show(o.dilation);
+  const Size2 dilation = o.dilation;  // Conv1dOptions' int64_t means both
+  if (dilation.h != 1 || dilation.w != 1) s += ", dilation=" + show(dilation);
   if (o.groups != 1) s += fmt::format(", groups={}", o.groups);
   if (!has_bias) s += ", bias=false";
   return s;
@@ -94,12 +95,10 @@ std::string common_repr(std::string s, const O& o, int dims, bool has_bias) {
 
 // ---- Conv1d ----
 
-Conv1d::Conv1d(int64_t in, int64_t out, int64_t k, const Init& init, ConvOptions o)
+Conv1d::Conv1d(int64_t in, int64_t out, int64_t k, const Init& init, Conv1dOptions o)
     : in_channels(in), out_channels(out), kernel_size(k), options(std::move(o)) {
   check_common("Conv1d", in, out, options.groups, options.stride, options.dilation);
   KILN_CHECK(k > 0, "Conv1d", "kernel_size must be positive, got {}", k);
-  check_scalar("Conv1d", "stride", options.stride.h, options.stride.w);
-  check_scalar("Conv1d", "dilation", options.dilation.h, options.dilation.w);
   check_padding("Conv1d", options.padding);
   if (options.padding.mode.empty()) check_scalar("Conv1d", "padding", options.padding.h, options.padding.w);
   const Fan fan{in / options.groups * k, out / options.groups * k};
@@ -110,13 +109,14 @@ Conv1d::Conv1d(int64_t in, int64_t out, int64_t k, const Init& init, ConvOptions
 Tensor Conv1d::forward(const Tensor& x) const {
   check_input("Conv1d", x, 1, in_channels);
   return in_layer("Conv1d", [&] {
-    return conv1d(to_compute(x), to_compute(weight), to_compute(bias), options.stride.h, options.padding, options.dilation.h, options.groups);
+    return conv1d(to_compute(x), to_compute(weight), to_compute(bias), options.stride, options.padding,
+                  options.dilation, options.groups);
   });
 }
 
 std::string Conv1d::extra_repr() const {
   std::string s = fmt::format("{}, {}, kernel_size=({},), stride=({},)", in_channels, out_channels, kernel_size,
-                              options.stride.h);
+                              options.stride);
   if (!options.padding.mode.empty() || options.padding.h != 0) s += ", padding=" + padding_str(options.padding, 1);
   return common_repr(s, options, 1, bias.defined());
 }

@@ -26,7 +26,7 @@ Dropout::Dropout(double p_, const Init& init) : Dropout(p_) {
   gen_ = init.rngs->has("dropout") ? init.rngs->next("dropout") : init.rngs->next("params");
 }
 
-Tensor Dropout::forward(const Tensor& x) {
+Tensor Dropout::forward(const Tensor& x) const {
   check_input(x);
   return in_layer("Dropout", [&] { return dropout(x, p, is_training(), gen_); });
 }

@@ -260,8 +260,13 @@ Module::LoadPlan Module::plan_load(const StateDict& state, const LoadOptions& op
   };
   std::string problems;
   if (!mismatched.empty()) problems += "mismatched: " + list(mismatched);
-  if (options.strict && !result.missing_keys.empty())
-    problems += (problems.empty() ? "" : "; ") + std::string("missing keys: ") + list(result.missing_keys);
+  // Strict: every missing key is an error except the known-optional ones.
+  std::vector<std::string> required_missing;
+  const std::unordered_set<std::string> optional(options.optional_keys.begin(), options.optional_keys.end());
+  for (const auto& key : result.missing_keys)
+    if (!optional.count(key)) required_missing.push_back(key);
+  if (options.strict && !required_missing.empty())
+    problems += (problems.empty() ? "" : "; ") + std::string("missing keys: ") + list(required_missing);
   if (options.strict && !result.unexpected_keys.empty())
     problems += (problems.empty() ? "" : "; ") + std::string("unexpected keys: ") + list(result.unexpected_keys);
   KILN_CHECK(problems.empty(), "load_state_dict", "{} not loaded, nothing was changed: {}", type_name(), problems);

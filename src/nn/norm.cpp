@@ -6,6 +6,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/norm.h"
 #include "src/nn/layer_error.h"
@@ -62,7 +63,7 @@ BatchNormBase::BatchNormBase(const char* layer, int64_t c, BatchNormOptions o)
   }
 }
 
-Tensor BatchNormBase::forward(const Tensor& x_in) {
+Tensor BatchNormBase::forward(const Tensor& x_in) const {
   check_input(x_in);
   // Mixed precision: statistics in f32, output in the compute dtype (docs/mixed_precision.md).
   const Tensor x = to_precise(x_in, norm_dtype(weight.defined() ? weight : running_mean, x_in));
@@ -75,10 +76,11 @@ Tensor BatchNormBase::forward(const Tensor& x_in) {
   double momentum = options.momentum.value_or(0.0);
   const bool update = is_training() && options.track_running_stats;
   if (update) {
-    // A counter, never differentiated: written in place like the running stats.
-    int64_t& n = num_batches_tracked.data<int64_t>()[0];
-    n += 1;
-    if (!options.momentum) momentum = 1.0 / double(n);
+    // The registered counter buffer, never differentiated: incremented in
+    // place like the running stats (which batch_norm updates below).
+    NoGradGuard no_grad;
+    add_(num_batches_tracked, Scalar(int64_t{1}));
+    if (!options.momentum) momentum = 1.0 / double(num_batches_tracked.item<int64_t>());
   }
   ::kiln::BatchNormOptions op{.momentum = momentum, .eps = options.eps,
                               .unbiased_running_var = options.unbiased_running_var};

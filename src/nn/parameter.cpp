@@ -1,5 +1,7 @@
 #include "kiln/nn/parameter.h"
 
+#include <utility>
+
 #include "kiln/core/error.h"
 
 namespace kiln::nn {
@@ -39,6 +41,11 @@ Tensor& Parameter::state(const std::string& name) const {
 const std::map<std::string, Tensor>& Parameter::states() const {
   static const std::map<std::string, Tensor> none;
   return slot_ ? slot_->state : none;
+}
+
+Tensor Parameter::exchange_value(Tensor value) const noexcept {
+  std::swap(slot_->value, value);
+  return value;
 }
 
 void Parameter::clear_state() const {

@@ -13,11 +13,12 @@ namespace {
 
 std::string pair_str(Size2 s) { return fmt::format("({}, {})", s.h, s.w); }
 
-// Shared construction rules, per spatial dim (PyTorch's): kernel > 0, stride >= 0
-// (0 = kernel), dilation > 0, 0 <= padding <= kernel / 2.
+// Shared construction rules, per spatial dim (PyTorch's): kernel > 0, stride > 0
+// (std::nullopt, the kernel, was resolved before), dilation > 0,
+// 0 <= padding <= kernel / 2.
 void check_window(const char* layer, int64_t k, int64_t s, int64_t p, int64_t d) {
   KILN_CHECK(k > 0, layer, "kernel_size must be positive, got {}", k);
-  KILN_CHECK(s >= 0, layer, "stride must be positive (or 0 for kernel_size), got {}", s);
+  KILN_CHECK(s > 0, layer, "stride must be positive (std::nullopt for kernel_size), got {}", s);
   KILN_CHECK(d > 0, layer, "dilation must be positive, got {}", d);
   KILN_CHECK(p >= 0 && p <= k / 2, layer, "padding {} must be between 0 and half of kernel_size {}", p, k);
 }
@@ -30,9 +31,9 @@ void check_rank(const char* layer, const Tensor& x, int spatial) {
 
 }  // namespace
 
-MaxPool1d::MaxPool1d(int64_t k, int64_t s, int64_t p, int64_t d, bool ceil)
-    : kernel_size(k), stride(s == 0 ? k : s), padding(p), dilation(d), ceil_mode(ceil) {
-  check_window("MaxPool1d", k, s, p, d);
+MaxPool1d::MaxPool1d(int64_t k, std::optional<int64_t> s, int64_t p, int64_t d, bool ceil)
+    : kernel_size(k), stride(s.value_or(k)), padding(p), dilation(d), ceil_mode(ceil) {
+  check_window("MaxPool1d", k, stride, p, d);
 }
 
 Tensor MaxPool1d::forward(const Tensor& x) const {
@@ -45,11 +46,10 @@ std::string MaxPool1d::extra_repr() const {
                      dilation, ceil_mode);
 }
 
-MaxPool2d::MaxPool2d(Size2 k, Size2 s, Size2 p, Size2 d, bool ceil)
-    : kernel_size(k), stride(s.h == 0 && s.w == 0 ? k : s), padding(p), dilation(d), ceil_mode(ceil) {
-  check_window("MaxPool2d", k.h, s.h, p.h, d.h);
-  check_window("MaxPool2d", k.w, s.w, p.w, d.w);
-  KILN_CHECK((s.h == 0) == (s.w == 0), "MaxPool2d", "stride {} mixes 0 (kernel_size) with a size", pair_str(s));
+MaxPool2d::MaxPool2d(Size2 k, std::optional<Size2> s, Size2 p, Size2 d, bool ceil)
+    : kernel_size(k), stride(s.value_or(k)), padding(p), dilation(d), ceil_mode(ceil) {
+  check_window("MaxPool2d", k.h, stride.h, p.h, d.h);
+  check_window("MaxPool2d", k.w, stride.w, p.w, d.w);
 }
 
 Tensor MaxPool2d::forward(const Tensor& x) const {
@@ -62,9 +62,9 @@ std::string MaxPool2d::extra_repr() const {
                      pair_str(stride), pair_str(padding), pair_str(dilation), ceil_mode);
 }
 
-AvgPool1d::AvgPool1d(int64_t k, int64_t s, int64_t p, bool ceil, bool include_pad)
-    : kernel_size(k), stride(s == 0 ? k : s), padding(p), ceil_mode(ceil), count_include_pad(include_pad) {
-  check_window("AvgPool1d", k, s, p, 1);
+AvgPool1d::AvgPool1d(int64_t k, std::optional<int64_t> s, int64_t p, bool ceil, bool include_pad)
+    : kernel_size(k), stride(s.value_or(k)), padding(p), ceil_mode(ceil), count_include_pad(include_pad) {
+  check_window("AvgPool1d", k, stride, p, 1);
 }
 
 Tensor AvgPool1d::forward(const Tensor& x) const {
@@ -77,11 +77,10 @@ std::string AvgPool1d::extra_repr() const {
                      kernel_size, stride, padding, ceil_mode, count_include_pad);
 }
 
-AvgPool2d::AvgPool2d(Size2 k, Size2 s, Size2 p, bool ceil, bool include_pad)
-    : kernel_size(k), stride(s.h == 0 && s.w == 0 ? k : s), padding(p), ceil_mode(ceil), count_include_pad(include_pad) {
-  check_window("AvgPool2d", k.h, s.h, p.h, 1);
-  check_window("AvgPool2d", k.w, s.w, p.w, 1);
-  KILN_CHECK((s.h == 0) == (s.w == 0), "AvgPool2d", "stride {} mixes 0 (kernel_size) with a size", pair_str(s));
+AvgPool2d::AvgPool2d(Size2 k, std::optional<Size2> s, Size2 p, bool ceil, bool include_pad)
+    : kernel_size(k), stride(s.value_or(k)), padding(p), ceil_mode(ceil), count_include_pad(include_pad) {
+  check_window("AvgPool2d", k.h, stride.h, p.h, 1);
+  check_window("AvgPool2d", k.w, stride.w, p.w, 1);
 }
 
 Tensor AvgPool2d::forward(const Tensor& x) const {

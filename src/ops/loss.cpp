@@ -32,9 +32,9 @@ Tensor scalar_like(double v, DType dtype, Device device) { return full({}, v, {.
 
 // ---- cross-entropy ----
 
-Tensor cross_entropy_impl(const Tensor& logits, const Tensor& targets, const Tensor& mask,
+// op: "cross_entropy" or "masked_cross_entropy", for errors and the tape.
+Tensor cross_entropy_impl(const char* op, const Tensor& logits, const Tensor& targets, const Tensor& mask,
                           const CrossEntropyOptions& opts) {
-  const char* op = "cross_entropy";
   check_defined(op, logits, "logits");
   check_defined(op, targets, "targets");
   backend::device_of(op, logits, targets, mask, opts.weight);
@@ -234,13 +234,13 @@ Tensor pointwise_impl(const char* op, backend::cpu::PointwiseLoss kind, const Te
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& opts) {
-  return cross_entropy_impl(logits, targets, Tensor(), opts);
+  return cross_entropy_impl("cross_entropy", logits, targets, Tensor(), opts);
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& mask,
-                     const CrossEntropyOptions& opts) {
-  KILN_CHECK(mask.defined(), "cross_entropy", "mask is an undefined tensor (use the overload without a mask)");
-  return cross_entropy_impl(logits, targets, mask, opts);
+Tensor masked_cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& mask,
+                            const CrossEntropyOptions& opts) {
+  KILN_CHECK(mask.defined(), "masked_cross_entropy", "mask is an undefined tensor (use cross_entropy without a mask)");
+  return cross_entropy_impl("masked_cross_entropy", logits, targets, mask, opts);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& weight,

@@ -67,13 +67,12 @@ struct PoolArgs {
   Pair k, s, p, d;
 };
 
-// Checks kernel/stride/padding/dilation (stride 0: the kernel) and returns
-// the output sizes.
+// Checks kernel/stride/padding/dilation (the public ops have resolved a
+// std::nullopt stride to the kernel already) and returns the output sizes.
 Pair check_pool(const char* op, int nsp, const Tensor& x, const Lifted& l, PoolArgs& a, bool ceil_mode) {
   Pair out{1, 1};
   for (int i = 2 - nsp; i < 2; ++i) {
     const size_t u = size_t(i);
-    if (a.s[u] == 0) a.s[u] = a.k[u];
     KILN_CHECK(a.k[u] > 0, op, "kernel_size must be positive, got {}", dims_str(a.k, nsp));
     KILN_CHECK(a.s[u] > 0, op, "stride must be positive, got {}", dims_str(a.s, nsp));
     KILN_CHECK(a.d[u] > 0, op, "dilation must be positive, got {}", dims_str(a.d, nsp));
@@ -215,45 +214,52 @@ Tensor adaptive_avg_any(const char* op, int nsp, const Tensor& x, Pair size) {
 
 }  // namespace
 
-Tensor max_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t padding, int64_t dilation,
-                  bool ceil_mode) {
-  return max_pool_any("max_pool1d", 1, x, {{1, kernel_size}, {1, stride}, {0, padding}, {1, dilation}}, ceil_mode,
+Tensor max_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride, int64_t padding,
+                  int64_t dilation, bool ceil_mode) {
+  const int64_t s = stride.value_or(kernel_size);
+  return max_pool_any("max_pool1d", 1, x, {{1, kernel_size}, {1, s}, {0, padding}, {1, dilation}}, ceil_mode,
                       false)
       .first;
 }
 
-Tensor max_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride, Size2 padding, Size2 dilation, bool ceil_mode) {
+Tensor max_pool2d(const Tensor& x, Size2 kernel_size, std::optional<Size2> stride, Size2 padding, Size2 dilation,
+                  bool ceil_mode) {
+  const Size2 s = stride.value_or(kernel_size);
   return max_pool_any("max_pool2d", 2, x,
-                      {{kernel_size.h, kernel_size.w}, {stride.h, stride.w}, {padding.h, padding.w},
+                      {{kernel_size.h, kernel_size.w}, {s.h, s.w}, {padding.h, padding.w},
                        {dilation.h, dilation.w}},
                       ceil_mode, false)
       .first;
 }
 
-std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x, int64_t kernel_size, int64_t stride,
+std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride,
                                                   int64_t padding, int64_t dilation, bool ceil_mode) {
-  return max_pool_any("max_pool1d", 1, x, {{1, kernel_size}, {1, stride}, {0, padding}, {1, dilation}}, ceil_mode,
+  const int64_t s = stride.value_or(kernel_size);
+  return max_pool_any("max_pool1d", 1, x, {{1, kernel_size}, {1, s}, {0, padding}, {1, dilation}}, ceil_mode,
                       true);
 }
 
-std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Size2 kernel_size, Size2 stride, Size2 padding,
-                                                  Size2 dilation, bool ceil_mode) {
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Size2 kernel_size, std::optional<Size2> stride,
+                                                  Size2 padding, Size2 dilation, bool ceil_mode) {
+  const Size2 s = stride.value_or(kernel_size);
   return max_pool_any("max_pool2d", 2, x,
-                      {{kernel_size.h, kernel_size.w}, {stride.h, stride.w}, {padding.h, padding.w},
+                      {{kernel_size.h, kernel_size.w}, {s.h, s.w}, {padding.h, padding.w},
                        {dilation.h, dilation.w}},
                       ceil_mode, true);
 }
 
-Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t padding, bool ceil_mode,
-                  bool count_include_pad) {
-  return avg_pool_any("avg_pool1d", 1, x, {{1, kernel_size}, {1, stride}, {0, padding}, {1, 1}}, ceil_mode,
+Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride, int64_t padding,
+                  bool ceil_mode, bool count_include_pad) {
+  const int64_t s = stride.value_or(kernel_size);
+  return avg_pool_any("avg_pool1d", 1, x, {{1, kernel_size}, {1, s}, {0, padding}, {1, 1}}, ceil_mode,
                       count_include_pad);
 }
 
-Tensor avg_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride, Size2 padding, bool ceil_mode,
+Tensor avg_pool2d(const Tensor& x, Size2 kernel_size, std::optional<Size2> stride, Size2 padding, bool ceil_mode,
                   bool count_include_pad) {
+  const Size2 s = stride.value_or(kernel_size);
   return avg_pool_any("avg_pool2d", 2, x,
-                      {{kernel_size.h, kernel_size.w}, {stride.h, stride.w}, {padding.h, padding.w}, {1, 1}},
+                      {{kernel_size.h, kernel_size.w}, {s.h, s.w}, {padding.h, padding.w}, {1, 1}},
                       ceil_mode, count_include_pad);
 }
 

@@ -81,13 +81,13 @@ Tensor MlpActorCritic::features(const Tensor& obs) const {
   return obs_norm_ ? obs_norm_(obs) : obs;
 }
 
-PolicyOutput MlpActorCritic::evaluate(const Tensor& obs) {
+PolicyOutput MlpActorCritic::evaluate(const Tensor& obs) const {
   Tensor x = features(obs);
   if (trunk_) x = trunk_(x);
   return {actor_(x), log_std_.value(), squeeze(critic_(x), -1)};
 }
 
-Tensor MlpActorCritic::value(const Tensor& obs) {
+Tensor MlpActorCritic::value(const Tensor& obs) const {
   Tensor x = features(obs);
   if (trunk_) x = trunk_(x);
   return squeeze(critic_(x), -1);

@@ -64,18 +64,30 @@ TEST(MultiheadAttention, KvCacheMatchesFullCausalPass) {
     Generator gen(2);
     Tensor x = randn({2, 6, 8}, gen);
     NoGradGuard g;
-    Tensor full = mha.forward(x, x, x, {.causal = true}).output;
+    AttentionOutput all = mha.forward(x, x, x, {.causal = true});  // with weights (the default)
+    const Tensor& full = all.output;
     KVCache cache = mha.make_cache(2, 8);
     EXPECT_EQ(cache.key.shape(), (Shape{2, 2, 8, 4}));
     EXPECT_EQ(cache.capacity(), 8);
     int64_t at = 0;
     for (int64_t n : {2, 1, 3}) {
       Tensor chunk = narrow(x, 1, at, n).contiguous();
-      Tensor y = mha.forward(chunk, chunk, chunk, {.causal = true, .cache = &cache}).output;
-      EXPECT_TRUE(all_close(y, narrow(full, 1, at, n), 1e-5, 1e-6)) << "at " << at;
+      // Flash path, no weights (as generation runs it).
+      AttentionOutput r = mha.forward(chunk, chunk, chunk, {.causal = true, .need_weights = false, .cache = &cache});
+      EXPECT_TRUE(all_close(r.output, narrow(full, 1, at, n), 1e-5, 1e-6)) << "at " << at;
+      EXPECT_FALSE(r.weights.defined());
       at += n;
       EXPECT_EQ(cache.length, at);
     }
+    // With weights (the default): the new query's row over the cached keys
+    // equals the full pass's last row, over all 6 keys.
+    KVCache c2 = mha.make_cache(2, 8);
+    Tensor first5 = narrow(x, 1, 0, 5).contiguous();
+    mha.forward(first5, first5, first5, {.causal = true, .need_weights = false, .cache = &c2});
+    Tensor last = narrow(x, 1, 5, 1).contiguous();
+    AttentionOutput r = mha.forward(last, last, last, {.causal = true, .cache = &c2});
+    EXPECT_EQ(r.weights.shape(), (Shape{2, 1, 6}));
+    EXPECT_TRUE(all_close(r.weights, narrow(all.weights, 1, 5, 1), 1e-5, 1e-6));
   }
 }
 
@@ -87,7 +99,7 @@ TEST(MultiheadAttention, KvCacheErrors) {
   EXPECT_KILN_ERROR(mha.forward(x, x, x, {.cache = &cache}), "[MultiheadAttention] a KV cache is for inference");
   NoGradGuard g;
   EXPECT_KILN_ERROR(mha.forward(x, x, x, {.mask = causal_mask(3), .cache = &cache}),
-                    "a call with a KV cache takes no mask, additive_mask or need_weights");
+                    "a call with a KV cache takes no mask or additive_mask");
   mha.forward(x, x, x, {.causal = true, .cache = &cache});
   EXPECT_KILN_ERROR(mha.forward(x, x, x, {.causal = true, .cache = &cache}),
                     "[MultiheadAttention] cache holds 3 of 4 positions: 3 more do not fit");

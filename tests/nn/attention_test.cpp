@@ -73,9 +73,51 @@ TEST(MultiheadAttention, BothPoliciesMatchPyTorch) {
   for (AttentionBackend policy : {AttentionBackend::Standard, AttentionBackend::Flash}) {
     MultiheadAttention mha(4, 2, rngs, {.policy = policy});
     expect_parity(mha, parity_case("nn_attention", "mha_self_padding"), [&](const auto& in) {
-      return std::vector{mha.forward(in[0], in[0], in[0], {.mask = padding_mask(in[1])}).output};
+      return std::vector{mha.forward(in[0], in[0], in[0], {.mask = padding_mask(in[1]), .need_weights = false}).output};
     });
   }
+}
+
+TEST(MultiheadAttention, DefaultCallReturnsAveragedAndPerHeadWeightsAsPyTorch) {
+  // PyTorch's defaults (need_weights=True, average_attn_weights=True) in one
+  // call, with the per-head weights PyTorch needs a second call for; values
+  // and every gradient (through all three outputs) against PyTorch 1.13.
+  Rngs rngs(0);
+  MultiheadAttention mha(4, 2, rngs);
+  expect_parity(mha, parity_case("nn_attention", "mha_default_weights_and_heads"), [&](const auto& in) {
+    AttentionOutput r = mha.forward(in[0], in[1], in[2], {.mask = padding_mask(in[3])});
+    EXPECT_EQ(r.weights.shape(), (Shape{2, 3, 5}));
+    EXPECT_EQ(r.head_weights.shape(), (Shape{2, 2, 3, 5}));
+    return std::vector{r.output, r.weights, r.head_weights};
+  });
+  // Two-name binding, as PyTorch's `out, w = mha(q, k, v)`.
+  Tensor x = random({2, 3, 4}, 1, kF32);
+  auto [out, w] = mha.forward(x, x, x);
+  EXPECT_EQ(out.shape(), (Shape{2, 3, 4}));
+  EXPECT_EQ(w.shape(), (Shape{2, 3, 3}));
+  // average_attn_weights = false: weights are the per-head ones, the same tensor as head_weights.
+  AttentionOutput r = mha.forward(x, x, x, {.average_attn_weights = false});
+  EXPECT_TRUE(r.weights.is_same(r.head_weights));
+  EXPECT_TRUE(all_close(mean(r.head_weights, {1}), w, 1e-6, 1e-6));
+}
+
+TEST(MultiheadAttention, NoWeightsKeepsTheFlashPath) {
+  // need_weights = false under Auto runs the fused kernel: it agrees with
+  // policy Flash bit for bit, and returns no weights.
+  Rngs rngs(0);
+  MultiheadAttention mha(8, 2, rngs);
+  MultiheadAttention flash(8, 2, rngs, {.policy = AttentionBackend::Flash});
+  flash.load_state_dict(mha.state_dict());
+  Tensor x = random({2, 6, 8}, 3, kF32);
+  AttentionOutput a = mha.forward(x, x, x, {.causal = true, .need_weights = false});
+  AttentionOutput f = flash.forward(x, x, x, {.causal = true, .need_weights = false});
+  EXPECT_FALSE(a.weights.defined());
+  EXPECT_FALSE(a.head_weights.defined());
+  EXPECT_TRUE(all_close(a.output, f.output, 0, 0));
+  // The default (with weights) takes the standard path: equal up to rounding.
+  EXPECT_TRUE(all_close(mha.forward(x, x, x, {.causal = true}).output, a.output, 1e-5, 1e-5));
+  // Flash cannot materialise weights: PyTorch's default need_weights = true is refused with the way out.
+  EXPECT_KILN_ERROR(flash.forward(x, x, x), "pass need_weights = false (true by default, as in PyTorch)");
 }
 
 TEST(TransformerBlock, MatchesTransformerEncoderLayer) {

@@ -143,7 +143,9 @@ TEST(ConvLayers, BadArgumentsAndInputs) {
   EXPECT_KILN_ERROR(Conv2d(3, 8, 3, rngs, {.stride = 0}), "[Conv2d] stride (0, 0) must be positive");
   EXPECT_KILN_ERROR(Conv2d(3, 8, 3, rngs, {.padding = -1}), "[Conv2d] padding (-1, -1) must be non-negative");
   EXPECT_KILN_ERROR(Conv2d(3, 8, 3, rngs, {.padding = "full"}), "[Conv2d] padding 'full' must be an int");
-  EXPECT_KILN_ERROR(Conv1d(3, 8, 3, rngs, {.stride = {1, 2}}), "[Conv1d] stride (1, 2) must be a single int");
+  // Conv1dOptions' sizes are ints (a {1, 2} stride no longer compiles); a padding pair is refused.
+  EXPECT_KILN_ERROR(Conv1d(3, 8, 3, rngs, {.padding = ConvPadding(1, 2)}), "[Conv1d] padding (1, 2) must be a single int");
+  EXPECT_KILN_ERROR(Conv1d(3, 8, 3, rngs, {.stride = 0}), "[Conv1d] stride (0, 0) must be positive");
   EXPECT_KILN_ERROR(Conv1d(3, 8, 0, rngs), "[Conv1d] kernel_size must be positive, got 0");
   Conv1d c1(3, 8, 3, rngs);
   EXPECT_KILN_ERROR(c1.forward(ones({2, 4, 9})), "[Conv1d] input [2, 4, 9] has 4 channels, expected 3 (in_channels)");

@@ -48,6 +48,11 @@ TEST(DropoutLayer, MaskReplaysFromSeedAndGenerator) {
   EXPECT_FALSE(equal(ya, y2));
   a.generator().set_state(s);
   EXPECT_TRUE(equal(a.forward(x), y2));
+  // forward is const: through a const reference the same stream advances.
+  const Dropout& ca = a;
+  a.generator().set_state(s);
+  EXPECT_TRUE(equal(ca.forward(x), y2));
+  EXPECT_FALSE(equal(ca.forward(x), y2));
   // The Rngs form draws rngs.next("dropout"): same stream seed, same mask.
   Rngs r1{{"dropout", 5}}, r2{{"dropout", 5}};
   Tensor m1 = a.forward(x, r1);

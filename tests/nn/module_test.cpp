@@ -6,6 +6,7 @@
 #include <map>
 #include <tuple>
 
+#include "kiln/nn/norm.h"
 #include "tests/support/nn_testing.h"
 
 namespace kiln::nn {
@@ -208,6 +209,34 @@ TEST(Module, StrictLoadChecksEverythingBeforeCopyingAnything) {
   EXPECT_TRUE(equal(lin.weight.value().detach(), zeros({2, 3})));
   r = lin.load_state_dict(missing, {.strict = false});
   EXPECT_EQ(r.missing_keys, std::vector<std::string>{"bias"});
+}
+
+TEST(Module, StrictLoadAcceptsKnownOptionalKeys) {
+  // A PyTorch BatchNorm state from before num_batches_tracked existed (0.4):
+  // strict, with that key declared optional, loads the rest and keeps the
+  // module's counter; every other missing key is still an error.
+  BatchNorm1d bn(2);
+  bn.forward(tensor<float>({1, 2, 3, 5, 4, 9}, {3, 2}));  // counter 1, stats moved
+  StateDict old{{"weight", full({2}, 2.0f)},
+                {"bias", full({2}, 0.5f)},
+                {"running_mean", full({2}, 0.25f)},
+                {"running_var", full({2}, 4.0f)}};
+  const LoadOptions optional{.optional_keys = {"num_batches_tracked"}};
+  LoadResult r = bn.load_state_dict(old, optional);
+  EXPECT_EQ(r.missing_keys, std::vector<std::string>{"num_batches_tracked"});  // reported, not an error
+  EXPECT_TRUE(equal(bn.running_var, full({2}, 4.0f)));
+  EXPECT_TRUE(equal(bn.weight.value().detach(), full({2}, 2.0f)));
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
+  EXPECT_KILN_ERROR(bn.load_state_dict(old), "missing keys: num_batches_tracked");
+  old.erase("running_var");
+  EXPECT_KILN_ERROR(bn.load_state_dict(old, optional),
+                    "[load_state_dict] BatchNorm1d not loaded, nothing was changed: missing keys: running_var");
+  EXPECT_TRUE(equal(bn.running_var, full({2}, 4.0f))) << "nothing copied";
+  // Optional keys do not excuse unexpected ones or mismatches.
+  StateDict extra{{"weight", zeros({2})}, {"bias", zeros({2})}, {"running_mean", zeros({2})},
+                  {"running_var", ones({2})}, {"gain", zeros({1})}};
+  EXPECT_KILN_ERROR(bn.load_state_dict(extra, {.optional_keys = {"gain", "num_batches_tracked"}}),
+                    "unexpected keys: gain");
 }
 
 TEST(Module, TrainEvalRecurseReturnTheModuleAndLeaveGradModeAlone) {

@@ -74,6 +74,42 @@ TEST(NormLayers, BatchNormBuffersAndModes) {
   EXPECT_TRUE(all_close(mean(plain.forward(z), {0}), zeros({2}), 0, 1e-6));
 }
 
+TEST(NormLayers, BatchNormForwardIsConstAndUpdatesItsRegisteredBuffers) {
+  // Through a const reference: the running statistics are the registered
+  // buffers (the same tensors state_dict and named_buffers see), updated in
+  // place in training, with the numbers of a plain BatchNorm.
+  BatchNorm1d bn(2), ref(2);
+  const BatchNorm1d& cbn = bn;
+  Tensor x = tensor<float>({1, 2, 3, 5, 4, 9}, {3, 2});  // channel means 8/3, 16/3
+  cbn.forward(x);
+  ref.forward(x);
+  for (const auto& [name, buffer] : bn.named_buffers()) {
+    const Tensor& member = name == "running_mean" ? bn.running_mean
+                           : name == "running_var" ? bn.running_var
+                                                   : bn.num_batches_tracked;
+    EXPECT_TRUE(buffer.is_same(member)) << name;
+  }
+  // momentum 0.1 from zeros / ones: 0.1 * batch mean; 0.9 + 0.1 * population variance (spec 000),
+  // 14/9 and 74/9.
+  EXPECT_TRUE(all_close(bn.running_mean, tensor<float>({8.0f / 30, 16.0f / 30}, {2}), 1e-6, 1e-7));
+  EXPECT_TRUE(all_close(bn.running_var, tensor<float>({0.9f + 0.1f * 14 / 9, 0.9f + 0.1f * 74 / 9}, {2}), 1e-6, 1e-7));
+  EXPECT_TRUE(equal(bn.state_dict().at("running_var"), ref.state_dict().at("running_var")));
+  EXPECT_EQ(bn.state_dict().at("num_batches_tracked").item<int64_t>(), 1);
+  // After load_state_dict and to() the members are still the registered buffers.
+  bn.load_state_dict(ref.state_dict());
+  bn.to(kF64);
+  cbn.forward(to(x, kF64));
+  EXPECT_EQ(bn.named_buffers()[0].second.dtype(), kF64);
+  EXPECT_TRUE(bn.named_buffers()[0].second.is_same(bn.running_mean));
+  EXPECT_EQ(bn.state_dict().at("num_batches_tracked").item<int64_t>(), 2);
+  // momentum = nullopt reads the counter it incremented: 1 / 2 at the second batch.
+  BatchNorm1d cum(2, {.momentum = std::nullopt});
+  const BatchNorm1d& ccum = cum;
+  ccum.forward(x);
+  ccum.forward(x * 3.0f);
+  EXPECT_TRUE(all_close(cum.running_mean, tensor<float>({16.0f / 3, 32.0f / 3}, {2}), 1e-6, 1e-6));
+}
+
 TEST(NormLayers, LayerNormAndRMSNormMatchPyTorch) {
   LayerNorm ln(Shape{5});
   expect_parity(ln, parity_case("nn_layers_norm", "layer_norm"), [&](const auto& in) { return std::vector{ln.forward(in[0])}; });

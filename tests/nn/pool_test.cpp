@@ -41,6 +41,10 @@ TEST(PoolLayers, MatchPyTorch) {
 TEST(PoolLayers, StrideDefaultsToKernelAndShapes) {
   MaxPool2d p(2);
   EXPECT_EQ(p.stride.h, 2);
+  EXPECT_EQ(MaxPool2d(3, std::nullopt).stride.w, 3);
+  EXPECT_EQ(AvgPool2d(Size2{2, 3}).stride.w, 3);
+  EXPECT_EQ(MaxPool2d(3, Size2{2, 1}).stride.w, 1);
+  EXPECT_EQ(AvgPool1d(4).stride, 4);
   EXPECT_EQ(p.forward(ones({4, 3, 28, 28})).shape(), (Shape{4, 3, 14, 14}));
   EXPECT_EQ(AvgPool2d(Size2{2, 3}).forward(ones({3, 8, 9})).shape(), (Shape{3, 4, 3}));  // unbatched
   EXPECT_EQ(AdaptiveAvgPool2d({1, 1}).forward(ones({2, 5, 7, 3})).shape(), (Shape{2, 5, 1, 1}));
@@ -71,8 +75,11 @@ TEST(PoolLayers, Repr) {
 TEST(PoolLayers, BadArgumentsAndInputs) {
   EXPECT_KILN_ERROR(MaxPool2d(0), "[MaxPool2d] kernel_size must be positive, got 0");
   EXPECT_KILN_ERROR(MaxPool2d(2, 2, 2), "[MaxPool2d] padding 2 must be between 0 and half of kernel_size 2");
-  EXPECT_KILN_ERROR(MaxPool2d(2, {0, 1}), "[MaxPool2d] stride (0, 1) mixes 0 (kernel_size) with a size");
-  EXPECT_KILN_ERROR(AvgPool1d(3, -1), "[AvgPool1d] stride must be positive (or 0 for kernel_size), got -1");
+  EXPECT_KILN_ERROR(MaxPool2d(2, Size2{0, 1}), "[MaxPool2d] stride must be positive (std::nullopt for kernel_size), got 0");
+  EXPECT_KILN_ERROR(AvgPool1d(3, -1), "[AvgPool1d] stride must be positive (std::nullopt for kernel_size), got -1");
+  // 0 no longer stands for "the kernel size": std::nullopt does.
+  EXPECT_KILN_ERROR(MaxPool1d(3, 0), "[MaxPool1d] stride must be positive (std::nullopt for kernel_size), got 0");
+  EXPECT_KILN_ERROR(AvgPool2d(2, 0), "[AvgPool2d] stride must be positive (std::nullopt for kernel_size), got 0");
   EXPECT_KILN_ERROR(MaxPool1d(3, 1, 0, 0), "[MaxPool1d] dilation must be positive, got 0");
   EXPECT_KILN_ERROR(AdaptiveAvgPool2d({0, 1}), "[AdaptiveAvgPool2d] output_size (0, 1) must be positive");
   EXPECT_KILN_ERROR(AdaptiveAvgPool1d(-2), "[AdaptiveAvgPool1d] output_size must be positive, got -2");

@@ -72,7 +72,7 @@ TEST(LossGolden, CrossEntropyMatchesPyTorch) {
               {"ce_smooth_mean", ce({.label_smoothing = 0.1})},
               {"ce_smooth_ignore_none", ce({.reduction = R::None, .label_smoothing = 0.2})},
               {"ce_f32_i32_mean", ce({})},
-              {"ce_masked_mean", [](const Inputs& i) { return cross_entropy(i.at("x"), i.at("t"), i.at("m")); }},
+              {"ce_masked_mean", [](const Inputs& i) { return masked_cross_entropy(i.at("x"), i.at("t"), i.at("m")); }},
               {"ce_class_weight_mean",
                [](const Inputs& i) { return cross_entropy(i.at("x"), i.at("t"), {.weight = i.at("w")}); }},
               {"ce_class_weight_class1_none", [](const Inputs& i) {
@@ -218,17 +218,17 @@ TEST(LossCrossEntropy, MaskedMeanDividesByValidCount) {
   Tensor m = tensor<bool>({true, false, true, false, true}, {5});
   Tensor rows = cross_entropy(x, t, {.reduction = Reduction::None});
   Tensor want = sum(rows * to(m, kF64)) / 3.0;
-  EXPECT_TRUE(all_close(cross_entropy(x, t, m), want, 1e-13, 1e-13));
+  EXPECT_TRUE(all_close(masked_cross_entropy(x, t, m), want, 1e-13, 1e-13));
   // A float mask weighs rows and divides by its sum.
   Tensor fm = tensor<double>({0.5, 0.0, 1.0, 0.0, 2.0}, {5});
-  EXPECT_TRUE(all_close(cross_entropy(x, t, fm), sum(rows * fm) / 3.5, 1e-13, 1e-13));
-  EXPECT_TRUE(all_close(cross_entropy(x, t, m, {.reduction = Reduction::Sum}), sum(rows * to(m, kF64)), 1e-13, 1e-13));
+  EXPECT_TRUE(all_close(masked_cross_entropy(x, t, fm), sum(rows * fm) / 3.5, 1e-13, 1e-13));
+  EXPECT_TRUE(all_close(masked_cross_entropy(x, t, m, {.reduction = Reduction::Sum}), sum(rows * to(m, kF64)), 1e-13, 1e-13));
 }
 
 TEST(LossCrossEntropy, AllMaskedGivesZeroLossAndGradient) {
   Tensor x = leaf({3, 4}, 2);
   Tensor t = tensor<int64_t>({0, 1, 2}, {3});
-  Tensor loss = cross_entropy(x, t, zeros({3}, {.dtype = kBool}));
+  Tensor loss = masked_cross_entropy(x, t, zeros({3}, {.dtype = kBool}));
   EXPECT_EQ(loss.item<double>(), 0.0);
   loss.backward();
   EXPECT_TRUE(testing::equal(x.grad(), zeros({3, 4}, {.dtype = kF64})));
@@ -297,7 +297,7 @@ TEST(LossGrad, CrossEntropy) {
       EXPECT_GRADCHECK(
           [&](const std::vector<Tensor>& in) { return cross_entropy(in[0], t, {.reduction = r, .weight = cw}); }, {x});
       Tensor fm = tensor<double>({0.5, 1.0, 0.0, 1.0, 2.0}, {5});
-      EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], t32, fm, {.reduction = r}); },
+      EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return masked_cross_entropy(in[0], t32, fm, {.reduction = r}); },
                        {x});
       // [N, C, L] with the class dim 1.
       Tensor x3 = leaf({2, 3, 4}, 11, -2, 2);
@@ -345,7 +345,7 @@ TEST(LossGrad, SecondOrderThroughCreateGraph) {
   Tensor x = leaf({4, 3}, 30, -2, 2), y = leaf({4, 3}, 31, 0, 1), w = leaf({3}, 32, 0.5, 1.5).detach();
   Tensor t = tensor<int64_t>({0, 2, -100, 1}, {4});
   Tensor m = tensor<bool>({true, true, true, false}, {4});
-  auto r1 = gradcheck_second_order([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], t, m, {.label_smoothing = 0.1}); },
+  auto r1 = gradcheck_second_order([&](const std::vector<Tensor>& in) { return masked_cross_entropy(in[0], t, m, {.label_smoothing = 0.1}); },
                                    {x});
   EXPECT_TRUE(r1.ok) << r1.message;
   auto r2 = gradcheck_second_order([&](const std::vector<Tensor>& in) { return binary_cross_entropy_with_logits(in[0], in[1], w, w); },
@@ -376,8 +376,8 @@ TEST(LossErrors, Messages) {
   EXPECT_KILN_ERROR(cross_entropy(x, zeros({4}, {.dtype = kI64}), {.class_dim = 2}), "[cross_entropy] dim 2 out of range");
   EXPECT_KILN_ERROR(cross_entropy(ones({4, 5}, {.dtype = kI32}), zeros({4}, {.dtype = kI64})), "[cross_entropy] expects floating logits");
   EXPECT_KILN_ERROR(cross_entropy(x, zeros({4}, {.dtype = kI64}), {.label_smoothing = 1.5}), "label_smoothing must be in [0, 1], got 1.5");
-  EXPECT_KILN_ERROR(cross_entropy(x, zeros({4}, {.dtype = kI64}), ones({3})), "[cross_entropy] mask of shape [3] does not match targets [4]");
-  EXPECT_KILN_ERROR(cross_entropy(x, zeros({4}, {.dtype = kI64}), zeros({4}, {.dtype = kI64})), "[cross_entropy] mask must be bool or floating, got i64");
+  EXPECT_KILN_ERROR(masked_cross_entropy(x, zeros({4}, {.dtype = kI64}), ones({3})), "[masked_cross_entropy] mask of shape [3] does not match targets [4]");
+  EXPECT_KILN_ERROR(masked_cross_entropy(x, zeros({4}, {.dtype = kI64}), zeros({4}, {.dtype = kI64})), "[masked_cross_entropy] mask must be bool or floating, got i64");
   EXPECT_KILN_ERROR(cross_entropy(zeros({4, 0}), zeros({4}, {.dtype = kI64})), "have no classes");
 
   EXPECT_KILN_ERROR(mse_loss(ones({3, 4}), ones({4})), "[mse_loss] input [3, 4] and target [4] must have the same shape");
@@ -399,7 +399,7 @@ TEST(LossErrors, Messages) {
   EXPECT_KILN_ERROR(cross_entropy(Tensor(), zeros({4}, {.dtype = kI64})), "[cross_entropy] logits is an undefined tensor");
   EXPECT_KILN_ERROR(cross_entropy(x, Tensor()), "[cross_entropy] targets is an undefined tensor");
   EXPECT_KILN_ERROR(cross_entropy(full({}, 1.0f), zeros({}, {.dtype = kI64})), "[cross_entropy] logits must have a class dim, got a scalar");
-  EXPECT_KILN_ERROR(cross_entropy(x, zeros({4}, {.dtype = kI64}), Tensor()), "[cross_entropy] mask is an undefined tensor");
+  EXPECT_KILN_ERROR(masked_cross_entropy(x, zeros({4}, {.dtype = kI64}), Tensor()), "[masked_cross_entropy] mask is an undefined tensor");
   Tensor z = zeros({4}, {.dtype = kI64});
   EXPECT_KILN_ERROR(cross_entropy(x, z, {.weight = ones({4})}), "[cross_entropy] weight of shape [4] does not match the 5 classes of logits [4, 5]");
   EXPECT_KILN_ERROR(cross_entropy(x, z, {.weight = ones({5}, {.dtype = kF64})}), "[cross_entropy] weight has dtype f64 but logits have dtype f32");

@@ -4,6 +4,7 @@
 // path (short rows, rows of several blocks, odd H / W, the last row pair of
 // the tensor) and ones that fall back; f64 gradchecks through the op.
 #include <cmath>
+#include <optional>
 
 #include "src/backend/cpu/nn/pool.h"
 #include "tests/support/ops_testing.h"
@@ -82,23 +83,26 @@ TEST(PoolFast, OpMatchesRefOnCnnShapesAndFallbacks) {
   const int threads_before = get_num_threads();
   struct Case {
     Shape shape;
-    Size2 k, s, p;
+    Size2 k;
+    std::optional<Size2> s;  // std::nullopt: the kernel size
+    Size2 p;
     bool ceil;
   };
   const std::vector<Case> cases = {
-      {{8, 32, 28, 28}, 2, 0, 0, false},  // cnn_b64's first pool: OW 14
-      {{8, 64, 14, 14}, 2, 0, 0, false},  // its second: OW 7, short rows
-      {{3, 5, 9, 7}, 2, 0, 0, false},     // odd H and W
-      {{3, 5, 9, 7}, 2, 0, 0, true},      // ceil_mode: falls back
-      {{2, 3, 8, 8}, 2, 1, 0, false},     // stride 1: falls back
-      {{2, 3, 8, 8}, 2, 2, 1, false},     // padding: falls back
-      {{4, 64, 15, 13}, 2, 0, 0, false},  // odd H and W, many tasks
-      {{2, 256, 6, 6}, 2, 0, 0, false},   // OW 3: single outputs
+      {{8, 32, 28, 28}, 2, std::nullopt, 0, false},  // cnn_b64's first pool: OW 14
+      {{8, 64, 14, 14}, 2, std::nullopt, 0, false},  // its second: OW 7, short rows
+      {{3, 5, 9, 7}, 2, std::nullopt, 0, false},     // odd H and W
+      {{3, 5, 9, 7}, 2, std::nullopt, 0, true},      // ceil_mode: falls back
+      {{2, 3, 8, 8}, 2, 1, 0, false},                // stride 1: falls back
+      {{2, 3, 8, 8}, 2, 2, 1, false},                // padding: falls back
+      {{4, 64, 15, 13}, 2, std::nullopt, 0, false},  // odd H and W, many tasks
+      {{2, 256, 6, 6}, 2, std::nullopt, 0, false},   // OW 3: single outputs
   };
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
     for (const Case& c : cases) {
-      SCOPED_TRACE(fmt::format("{} threads, {} k {} s {} p {} ceil {}", threads, to_string(c.shape), c.k.h, c.s.h,
+      const Size2 stride = c.s.value_or(c.k);
+      SCOPED_TRACE(fmt::format("{} threads, {} k {} s {} p {} ceil {}", threads, to_string(c.shape), c.k.h, stride.h,
                                c.p.h, c.ceil));
       Tensor x = randn(c.shape, gen).requires_grad_();
       auto [y, idx] = max_pool2d_with_indices(x, c.k, c.s, c.p, 1, c.ceil);
@@ -106,7 +110,7 @@ TEST(PoolFast, OpMatchesRefOnCnnShapesAndFallbacks) {
       backend::cpu::MaxPoolGeom g;
       g.N = B * C, g.H = H, g.W = W, g.OH = y.shape()[2], g.OW = y.shape()[3];
       g.kh = c.k.h, g.kw = c.k.w, g.ph = c.p.h, g.pw = c.p.w;
-      g.sh = c.s.h ? c.s.h : c.k.h, g.sw = c.s.w ? c.s.w : c.k.w;
+      g.sh = stride.h, g.sw = stride.w;
       Tensor rv = empty(y.shape()), ridx = empty(y.shape(), {.dtype = kI64});
       backend::cpu::ref::max_pool2d(g, x.detach(), rv, ridx);
       EXPECT_TRUE(equal(y.detach(), rv)) << "values";

@@ -18,18 +18,21 @@ using namespace testing;
 // (values, indices or undefined) of the kiln op a golden case names.
 std::pair<Tensor, Tensor> call_pool(const std::string& op, const json& a, const Tensor& x) {
   auto get = [&](const char* k, json d) { return a.contains(k) ? a.at(k) : d; };
+  // No stride in the case: PyTorch's stride=None, kiln's std::nullopt (the kernel size).
+  auto stride2 = [&] { return a.contains("stride") ? std::optional<Size2>(size2(a.at("stride"))) : std::nullopt; };
+  auto stride1 = [&] { return a.contains("stride") ? std::optional<int64_t>(int1(a.at("stride"))) : std::nullopt; };
   const bool ceil = get("ceil_mode", false).get<bool>(), incl = get("count_include_pad", true).get<bool>();
   if (op == "max_pool2d")
-    return max_pool2d_with_indices(x, size2(a.at("kernel_size")), size2(get("stride", 0)), size2(get("padding", 0)),
+    return max_pool2d_with_indices(x, size2(a.at("kernel_size")), stride2(), size2(get("padding", 0)),
                                    size2(get("dilation", 1)), ceil);
   if (op == "max_pool1d")
-    return max_pool1d_with_indices(x, int1(a.at("kernel_size")), int1(get("stride", 0)), int1(get("padding", 0)),
+    return max_pool1d_with_indices(x, int1(a.at("kernel_size")), stride1(), int1(get("padding", 0)),
                                    int1(get("dilation", 1)), ceil);
   if (op == "avg_pool2d")
-    return {avg_pool2d(x, size2(a.at("kernel_size")), size2(get("stride", 0)), size2(get("padding", 0)), ceil, incl),
+    return {avg_pool2d(x, size2(a.at("kernel_size")), stride2(), size2(get("padding", 0)), ceil, incl),
             {}};
   if (op == "avg_pool1d")
-    return {avg_pool1d(x, int1(a.at("kernel_size")), int1(get("stride", 0)), int1(get("padding", 0)), ceil, incl),
+    return {avg_pool1d(x, int1(a.at("kernel_size")), stride1(), int1(get("padding", 0)), ceil, incl),
             {}};
   if (op == "adaptive_avg_pool2d") return {adaptive_avg_pool2d(x, size2(a.at("output_size"))), {}};
   return {adaptive_avg_pool1d(x, int1(a.at("output_size"))), {}};
@@ -90,7 +93,7 @@ TEST(PoolKernels, FastMatchesRef) {
       const bool incl = i % 2 == 0;
       const int64_t kh = std::min<int64_t>(H, pick(1, 3)), kw = std::min<int64_t>(W, pick(1, 3));
       const int64_t sh = pick(1, 2), sw = pick(1, 3), ph = pick(0, kh / 2), pw = pick(0, kw / 2);
-      Tensor y = squeeze(avg_pool2d(unsqueeze(x, 0), {kh, kw}, {sh, sw}, {ph, pw}, false, incl), 0);
+      Tensor y = squeeze(avg_pool2d(unsqueeze(x, 0), {kh, kw}, Size2{sh, sw}, {ph, pw}, false, incl), 0);
       Tensor yr = empty(y.shape(), {.dtype = t});
       backend::cpu::ref::avg_pool2d(x, yr, kh, kw, sh, sw, ph, pw, incl);
       const double tol = t == kBF16 ? 1e-2 : 1e-6;
@@ -136,7 +139,7 @@ TEST(PoolGrad, FirstOrder) {
                      {in({2, 3, 8})});
     EXPECT_GRADCHECK([](const std::vector<Tensor>& v) { return avg_pool2d(v[0], 3, 2, 1, true, false); },
                      {in({1, 2, 5, 6})});
-    EXPECT_GRADCHECK([](const std::vector<Tensor>& v) { return avg_pool2d(v[0], {2, 3}, {1, 2}, {1, 0}); },
+    EXPECT_GRADCHECK([](const std::vector<Tensor>& v) { return avg_pool2d(v[0], {2, 3}, Size2{1, 2}, {1, 0}); },
                      {in({2, 2, 4, 5})});
     EXPECT_GRADCHECK([](const std::vector<Tensor>& v) { return avg_pool1d(v[0], 3, 2, 1); }, {in({2, 7})});
     EXPECT_GRADCHECK([](const std::vector<Tensor>& v) { return adaptive_avg_pool2d(v[0], {3, 4}); },
@@ -165,6 +168,9 @@ TEST(PoolErrors, Messages) {
   EXPECT_KILN_ERROR(max_pool2d(ones({5, 5}), 2), "[max_pool2d] input [5, 5] must be 4-D");
   EXPECT_KILN_ERROR(max_pool2d(x, 0), "[max_pool2d] kernel_size must be positive, got (0, 0)");
   EXPECT_KILN_ERROR(max_pool2d(x, 2, -1), "[max_pool2d] stride must be positive, got (-1, -1)");
+  // stride = kernel is std::nullopt; 0 is no longer a stand-in for it.
+  EXPECT_KILN_ERROR(max_pool2d(x, 2, 0), "[max_pool2d] stride must be positive, got (0, 0)");
+  EXPECT_KILN_ERROR(avg_pool1d(ones({2, 3, 4}), 2, 0), "[avg_pool1d] stride must be positive, got 0");
   EXPECT_KILN_ERROR(max_pool2d(x, 2, 2, 0, 0), "[max_pool2d] dilation must be positive, got (0, 0)");
   EXPECT_KILN_ERROR(max_pool2d(x, 2, 2, 2), "[max_pool2d] padding (2, 2) must be non-negative and at most half the kernel_size (2, 2)");
   EXPECT_KILN_ERROR(max_pool2d(x, 6), "[max_pool2d] input [2, 3, 5, 5] is too small for kernel_size (6, 6)");
@@ -183,6 +189,8 @@ TEST(Pool, ShapesDefaultsAndBatching) {
   Generator gen(2);
   Tensor x = randn({2, 3, 7, 6}, gen);
   EXPECT_EQ(max_pool2d(x, 2).shape(), (Shape{2, 3, 3, 3}));
+  EXPECT_TRUE(equal(max_pool2d(x, 2, std::nullopt), max_pool2d(x, 2, 2)));
+  EXPECT_TRUE(equal(avg_pool2d(x, {3, 2}), avg_pool2d(x, {3, 2}, Size2{3, 2})));
   EXPECT_EQ(max_pool2d(x, 2, 2, 0, 1, true).shape(), (Shape{2, 3, 4, 3}));
   EXPECT_EQ(avg_pool2d(x, {3, 2}).shape(), (Shape{2, 3, 2, 3}));
   EXPECT_EQ(adaptive_avg_pool2d(x, {1, 1}).shape(), (Shape{2, 3, 1, 1}));

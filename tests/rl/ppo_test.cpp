@@ -237,7 +237,7 @@ TEST(RlPpo, BadOptionsAreErrors) {
 // Always the same logits, whatever the observation; value 0.
 struct FixedPolicy : ActorCritic {
   explicit FixedPolicy(std::vector<float> logits) : logits_(tensor(logits, {1, int64_t(logits.size())})) {}
-  PolicyOutput evaluate(const Tensor& obs) override {
+  PolicyOutput evaluate(const Tensor& obs) const override {
     return {logits_.expand({obs.size(0), logits_.size(1)}).contiguous(), Tensor(), zeros({obs.size(0)})};
   }
   Tensor logits_;

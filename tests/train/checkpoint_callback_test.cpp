@@ -87,7 +87,10 @@ TEST(CheckpointCallback, PrintsKerasLinesRotatesAndKeepsTheBest) {
   io::CheckpointInfo info = io::read_checkpoint_info(ckpt->latest());
   EXPECT_EQ(info.progress, (io::Progress{.epoch = 4, .global_step = 25, .step_in_epoch = 5}));
   auto states = nlohmann::json::parse(info.metadata.at("kiln.states"));
-  EXPECT_EQ(states.at("checkpoint"), nlohmann::json({{"best_epoch", "4"}, {"best_step", "20"}, {"last_epoch", "5"}}));
+  EXPECT_EQ(states.at("checkpoint"), nlohmann::json({{"best_epoch", "4"},
+                                                     {"best_step", "20"},
+                                                     {"last_epoch", "5"},
+                                                     {"ranked_by", "val_loss"}}));
   EXPECT_TRUE(states.contains("data"));
 }
 
@@ -131,6 +134,43 @@ TEST(CheckpointCallback, FallsBackToTheEpochTrainingLoss) {
             "epoch 2: loss improved from 0.5000 to 0.3000 — saving model\n"
             "epoch 3: loss did not improve from 0.3000\n"
             "restored best weights from epoch 2 (loss 0.3000)\n");
+}
+
+TEST(CheckpointCallback, NamesTheLossFunctionAsSpec002) {
+  // Spec 002's lines: "epoch 3: cross_entropy improved from 0.4056 to 0.3486 — saving model".
+  std::string dir = testing::fresh_dir();
+  TinyRun r;
+  std::ostringstream out;
+  auto ckpt = std::make_shared<CheckpointCallback>(dir, CheckpointCallbackOptions{.loss_name = "cross_entropy"});
+  train::Trainer trainer(4,
+                         {std::make_shared<ScriptedMetric>("loss", std::vector<double>{0.4056, 0.3486, 0.36, 0.37}),
+                          ckpt},
+                         testing::run_to(out));
+  trainer.fit(r.task, *r.loader);
+  EXPECT_EQ(out.str(),
+            "epoch 1: cross_entropy improved from inf to 0.4056 — saving model\n"
+            "epoch 2: cross_entropy improved from 0.4056 to 0.3486 — saving model\n"
+            "epoch 3: cross_entropy did not improve from 0.3486\n"
+            "epoch 4: cross_entropy did not improve from 0.3486\n"
+            "restored best weights from epoch 2 (cross_entropy 0.3486)\n");
+  // The loss-name record rides in the checkpoints: a fresh callback resuming from one names it
+  // before it has seen an epoch end of its own.
+  auto states = nlohmann::json::parse(io::read_checkpoint_info(ckpt->latest()).metadata.at("kiln.states"));
+  EXPECT_EQ(states.at("checkpoint").at("ranked_by"), "cross_entropy");
+  CheckpointCallback resumed(dir);
+  EXPECT_EQ(resumed.ranked_by(), "val_loss");
+  resumed.load_state(states.at("checkpoint").get<io::State>());
+  EXPECT_EQ(resumed.ranked_by(), "cross_entropy");
+  // A monitor present in logs() is printed under its own name whatever loss_name says.
+  std::string dir2 = testing::fresh_dir("2");
+  TinyRun r2;
+  std::ostringstream out2;
+  train::Trainer(1,
+                 {std::make_shared<ScriptedMetric>("val/loss", std::vector<double>{0.5}),
+                  std::make_shared<CheckpointCallback>(dir2, CheckpointCallbackOptions{.loss_name = "cross_entropy"})},
+                 testing::run_to(out2))
+      .fit(r2.task, *r2.loader);
+  EXPECT_EQ(out2.str(), "epoch 1: val_loss improved from inf to 0.5000 — saving model\n");
 }
 
 TEST(CheckpointCallback, RestoresTheBestWeightsAndOptimizerAtTrainEnd) {
@@ -421,16 +461,23 @@ TEST(CheckpointCallback, Errors) {
   EXPECT_KILN_ERROR(CheckpointCallback(dir, {.every_n_steps = -1}),
                     "[CheckpointCallback] every_n_steps is -1; it must be >= 0 (0: epoch ends only)");
   EXPECT_KILN_ERROR(CheckpointCallback(dir, {.monitor = ""}), "[CheckpointCallback] monitor is empty");
+  EXPECT_KILN_ERROR(CheckpointCallback(dir, {.loss_name = ""}),
+                    "[CheckpointCallback] loss_name '' must be a non-empty name without spaces");
+  EXPECT_KILN_ERROR(CheckpointCallback(dir, {.loss_name = "cross entropy"}), "loss_name 'cross entropy' must be");
   testing::write_bytes(dir + "/file", "x");
   EXPECT_KILN_ERROR(CheckpointCallback(dir + "/file"), "[CheckpointManager] folder '" + dir + "/file'");
 
   CheckpointCallback ckpt(dir);
   EXPECT_EQ(ckpt.latest(), "");
   EXPECT_EQ(ckpt.best(), "");
-  io::State s{{"best_epoch", "3"}, {"best_step", "15"}, {"last_epoch", "4"}};
+  io::State s{{"best_epoch", "3"}, {"best_step", "15"}, {"last_epoch", "4"}, {"ranked_by", "cross_entropy"}};
   ckpt.load_state(s);
   EXPECT_EQ(ckpt.state(), s);
   EXPECT_EQ(ckpt.best_epoch(), 3);
+  // A state from before the loss-name record loads; the name stays what it was.
+  CheckpointCallback old(testing::fresh_dir("old"));
+  old.load_state({{"best_epoch", "1"}, {"best_step", "5"}, {"last_epoch", "1"}});
+  EXPECT_EQ(old.ranked_by(), "val_loss");
   s["best_step"] = "-2";
   EXPECT_KILN_ERROR(ckpt.load_state(s),
                     "[CheckpointCallback.load_state] best_epoch 3, best_step -2, last_epoch 4 out of range");

@@ -106,7 +106,8 @@ TEST(PhaseCallback, WithTheOtherOutputCallbacks) {
            std::make_shared<CsvLogger>(csv_path), std::make_shared<ProgressBar>(), std::make_shared<Summary>()},
           {.out = &out, .tty = false})
       .fit(s.task, s.loader);
-  static const std::regex summary_times(R"(Wall: \d+\.\d+ ms/step · \d+\.\d\d[KMGTP]? sample/s\nrun: \d+\.\d\ds)");
+  static const std::regex summary_times(
+      R"(Wall: \d+\.\d+ ms/step · p50 \d+\.\d{3} · p95 \d+\.\d{3} · \d+\.\d\d[KMGTP]? sample/s\nrun: \d+\.\d\ds)");
   EXPECT_EQ(std::regex_replace(mask_times(out.str()), summary_times, "<times>"),
             "phase schedule:\n"
             "  1. warmup — 1 epoch (3 steps)\n"

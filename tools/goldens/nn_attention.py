@@ -104,5 +104,11 @@ def generate():
         parity_case("block_additive", block(), [x, additive], lambda m, x, a: m(x, src_mask=a)),
         # AdaLN-Zero against the reference above (modulation not zero, so it is exercised).
         parity_case("adaln_block", AdaLNBlock(), [x, randn(B, C, seed=8)], lambda m, x, c: m(x, c)),
+        # PyTorch's defaults (need_weights=True, averaged over heads), then the per-head weights, which
+        # PyTorch needs a second call for; kiln returns all three from one default call. Last, so the
+        # cases above keep their random draws.
+        parity_case("mha_default_weights_and_heads", mha(), [q, k, v, ~kpad],
+                    lambda m, q, k, v, valid: (*m(q, k, v, key_padding_mask=~valid),
+                                               m(q, k, v, key_padding_mask=~valid, average_attn_weights=False)[1])),
     ]
     common.dump("nn_attention", {"cases": [round_f32(c) for c in cases]})

@@ -6,9 +6,12 @@
 // Masks are bool with **true = allowed** (PyTorch's attn_mask: true = NOT allowed).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "kiln/core/rngs.h"
 #include "kiln/nn/init.h"
@@ -54,20 +57,37 @@ struct AttentionCall {
   Tensor additive_mask{};
   /// Key j allowed for query i iff j <= i + (Tk - Tq) (and'ed with mask).
   bool causal = false;
-  /// Also return the weights (forces the standard path, which materialises them).
-  bool need_weights = false;
-  /// Weights averaged over heads [B, Tq, Tk]; false: per head [B, H, Tq, Tk].
+  /// Also return the attention weights, as PyTorch does by default. They are
+  /// materialised by the standard path; need_weights = false keeps the fused
+  /// flash path (policy Auto), the fast choice when only the output is used
+  /// (TransformerBlock and the models pass false).
+  bool need_weights = true;
+  /// AttentionOutput::weights averaged over heads [B, Tq, Tk] (PyTorch's
+  /// default); false: per head [B, H, Tq, Tk]. head_weights is filled either way.
   bool average_attn_weights = true;
   /// Self-attention continuing a sequence: the new keys and values (query's Tq
   /// rows, rotated to positions length..length + Tq - 1) are written into the
   /// cache at [length, length + Tq), the queries attend to its first
-  /// length + Tq rows (with causal, bottom-right aligned), and length grows by Tq.
+  /// length + Tq rows (with causal, bottom-right aligned), and length grows by
+  /// Tq. With need_weights the weights span those length + Tq keys.
   KVCache* cache = nullptr;
 };
 
+/// What one MultiheadAttention call returns. `auto [out, w] = mha.forward(...)`
+/// binds output and weights, as PyTorch's `out, w = mha(q, k, v)` (a
+/// two-element tuple protocol below); head_weights is read by name.
 struct AttentionOutput {
   Tensor output;   // [B, Tq, D]
-  Tensor weights;  // [B, Tq, Tk] or [B, H, Tq, Tk]; undefined unless need_weights
+  Tensor weights;  // [B, Tq, Tk] averaged over heads, or [B, H, Tq, Tk] with
+                   // average_attn_weights = false; undefined unless need_weights
+  Tensor head_weights;  // [B, H, Tq, Tk] from the same call (no second call); undefined unless need_weights
+
+  /// Structured binding: get<0> output, get<1> weights.
+  template <std::size_t I>
+  Tensor get() const {
+    static_assert(I < 2, "AttentionOutput binds (output, weights); read head_weights by name");
+    return I == 0 ? output : weights;
+  }
 };
 
 /// Multi-head attention (L14): out_proj(concat_h softmax(q_h k_h^T / sqrt(Dh)) v_h)
@@ -81,7 +101,9 @@ struct AttentionOutput {
 /// gives NaN there.
 ///
 ///   nn::MultiheadAttention mha(256, 4, rngs);
-///   auto [y, w] = mha.forward(x, x, x, {.mask = padding_mask(valid), .need_weights = true});
+///   auto [y, w] = mha.forward(x, x, x, {.mask = padding_mask(valid)});  // w [B, Tq, Tk] (PyTorch's default)
+///   AttentionOutput r = mha.forward(x, x, x);                            // r.head_weights [B, H, Tq, Tk] too
+///   Tensor fast = mha.forward(x, x, x, {.need_weights = false}).output;  // the flash path
 class MultiheadAttention : public Module {
  public:
   /// embed_dim % num_heads == 0. Projection weights from init.weight with the
@@ -204,3 +226,13 @@ class TransformerBlock : public Module {
 };
 
 }  // namespace kiln::nn
+
+// AttentionOutput's tuple protocol: two elements, output and weights.
+namespace std {
+template <>
+struct tuple_size<kiln::nn::AttentionOutput> : integral_constant<size_t, 2> {};
+template <size_t I>
+struct tuple_element<I, kiln::nn::AttentionOutput> {
+  using type = kiln::Tensor;
+};
+}  // namespace std

@@ -2,6 +2,7 @@
 // Letters: B = batch, C = in_channels, O = out_channels, g = groups,
 // L / H / W = spatial sizes, K = kernel size.
 //
+//   nn::Conv1d conv1(8, 16, 5, rngs, {.stride = 2});        // [B, 8, L] -> [B, 16, (L - 5) / 2 + 1]
 //   nn::Conv2d conv(3, 16, 3, rngs, {.padding = "same"});   // [B, 3, H, W] -> [B, 16, H, W]
 //   nn::ConvTranspose2d up(16, 8, 2, rngs, {.stride = 2});  // [B, 16, H, W] -> [B, 8, 2H, 2W]
 #pragma once
@@ -15,11 +16,20 @@
 
 namespace kiln::nn {
 
-// Conv1d uses the h half of each Size2 (a pair with h != w is an error there).
+// Conv2d's options: sizes per spatial dim (an int means both).
 struct ConvOptions {
   Size2 stride = 1;
   ConvPadding padding = 0;  // int, {h, w}, "same"/"SAME" or "valid"/"VALID"
   Size2 dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+// Conv1d's options: one spatial dim, so plain ints (PyTorch's Conv1d arguments).
+struct Conv1dOptions {
+  int64_t stride = 1;
+  ConvPadding padding = 0;  // an int, "same"/"SAME" or "valid"/"VALID" (a pair is an error)
+  int64_t dilation = 1;
   int64_t groups = 1;
   bool bias = true;
 };
@@ -37,12 +47,12 @@ struct ConvTransposeOptions {
 // Weight from init.weight with fan_in = C/g * K (L18), bias from init.bias.
 class Conv1d : public Module {
  public:
-  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, const Init& init, ConvOptions options = {});
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, const Init& init, Conv1dOptions options = {});
   Tensor forward(const Tensor& x) const;
   std::string extra_repr() const override;
 
   int64_t in_channels, out_channels, kernel_size;
-  ConvOptions options;
+  Conv1dOptions options;
   Parameter weight;  // [O, C/g, K]
   Parameter bias;    // [O], undefined without bias
 };

@@ -28,7 +28,9 @@ class Dropout : public Module {
   // else "params".
   Dropout(double p, const Init& init);
 
-  Tensor forward(const Tensor& x);
+  // const like every forward: drawing a mask advances the module's own
+  // generator, which is state (like a buffer), not structure.
+  Tensor forward(const Tensor& x) const;
   Tensor forward(const Tensor& x, Rngs& rngs) const;
   std::string extra_repr() const override;
   std::vector<std::pair<std::string, Generator*>> own_generators() override { return {{"generator", &gen_}}; }
@@ -39,7 +41,9 @@ class Dropout : public Module {
   double p;
 
  private:
-  Generator gen_;
+  // mutable: the mask stream a const forward advances (saved by checkpoints
+  // through own_generators, so resumed training draws the same masks).
+  mutable Generator gen_;
 };
 
 }  // namespace kiln::nn

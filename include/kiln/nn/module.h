@@ -5,7 +5,7 @@
 //     explicit Mlp(const nn::Init& init)
 //         : fc1(register_module("fc1", nn::Linear(784, 256, init))),
 //           fc2(register_module("fc2", nn::Linear(256, 10, init))) {}
-//     Tensor forward(const Tensor& x) { return fc2(relu(fc1(x))); }
+//     Tensor forward(const Tensor& x) const { return fc2(relu(fc1(x))); }  // const, as every layer's
 //   };
 //
 // A module registers its children, parameters and buffers by name in its
@@ -139,6 +139,11 @@ struct LoadOptions {
   // The state dict comes from PyTorch: layers whose layout differs from
   // PyTorch's convert (ConvTranspose weights [I, O, ...] -> kiln's [O, I, ...]).
   bool torch_layout = false;
+  // Keys the state may lack even when strict (a buffer added in a later
+  // version, an optional head): a missing one keeps the module's value and is
+  // listed in LoadResult::missing_keys, not an error. Full dotted keys.
+  //   model.load_state_dict(sd, {.optional_keys = {"bn.num_batches_tracked"}});
+  std::vector<std::string> optional_keys{};
 };
 
 struct LoadResult {

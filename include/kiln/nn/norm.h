@@ -38,9 +38,14 @@ struct BatchNormOptions {
 // scalar, as PyTorch, so its state dicts load). Training (the default mode)
 // normalises with the batch's statistics over every dim but C and updates the
 // buffers; eval() uses the buffers.
+//
+// forward is const: the three members are the registered buffers themselves
+// (tensor handles, so state_dict, load_state_dict and to() see and keep the
+// same tensors), and training updates their values in place, never the
+// module's structure. A shared BatchNorm updates one set of statistics.
 class BatchNormBase : public Module {
  public:
-  Tensor forward(const Tensor& x);
+  Tensor forward(const Tensor& x) const;
   std::string extra_repr() const override;
 
   int64_t num_features;

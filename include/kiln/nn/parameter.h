@@ -46,6 +46,12 @@ class Parameter {
   bool is_same(const Parameter& other) const { return slot_ == other.slot_; }
 
  private:
+  friend class ParameterSubstitution;
+  // Puts `value` in the slot and returns what was there: every handle (the
+  // module's member, parameter lists) then reads `value`. Only the scoped
+  // substitution of functional_call uses it, and it always swaps back.
+  Tensor exchange_value(Tensor value) const noexcept;
+
   struct Slot {
     Tensor value;
     bool decay = true;

@@ -1,12 +1,14 @@
 // Pooling layers (SPECS L6-L7): MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d.
 // No parameters; inputs [B, C, L] / [B, C, H, W] or unbatched [C, L] / [C, H, W].
-// A stride of 0 (the default) means the kernel size, as PyTorch's stride=None.
+// stride std::nullopt (the default) means the kernel size, as PyTorch's
+// stride=None; a given stride must be positive. A pair stride is Size2{h, w}.
 //
 //   nn::MaxPool2d pool(2);                  // [B, C, 28, 28] -> [B, C, 14, 14]
 //   nn::AdaptiveAvgPool2d gap({1, 1});      // [B, C, H, W]   -> [B, C, 1, 1]
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kiln/nn/module.h"
@@ -16,28 +18,28 @@ namespace kiln::nn {
 
 class MaxPool1d : public Module {
  public:
-  explicit MaxPool1d(int64_t kernel_size, int64_t stride = 0, int64_t padding = 0, int64_t dilation = 1,
+  explicit MaxPool1d(int64_t kernel_size, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0, int64_t dilation = 1,
                      bool ceil_mode = false);
   Tensor forward(const Tensor& x) const;
   std::string extra_repr() const override;
-  int64_t kernel_size, stride, padding, dilation;
+  int64_t kernel_size, stride, padding, dilation;  // stride resolved: the kernel when not given
   bool ceil_mode;
 };
 
 class MaxPool2d : public Module {
  public:
-  explicit MaxPool2d(Size2 kernel_size, Size2 stride = 0, Size2 padding = 0, Size2 dilation = 1,
+  explicit MaxPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0, Size2 dilation = 1,
                      bool ceil_mode = false);
   Tensor forward(const Tensor& x) const;
   std::string extra_repr() const override;
-  Size2 kernel_size, stride, padding, dilation;
+  Size2 kernel_size, stride, padding, dilation;  // stride resolved: the kernel when not given
   bool ceil_mode;
 };
 
 // count_include_pad: divide by the whole window, padding included (PyTorch's default).
 class AvgPool1d : public Module {
  public:
-  explicit AvgPool1d(int64_t kernel_size, int64_t stride = 0, int64_t padding = 0, bool ceil_mode = false,
+  explicit AvgPool1d(int64_t kernel_size, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0, bool ceil_mode = false,
                      bool count_include_pad = true);
   Tensor forward(const Tensor& x) const;
   std::string extra_repr() const override;
@@ -47,7 +49,7 @@ class AvgPool1d : public Module {
 
 class AvgPool2d : public Module {
  public:
-  explicit AvgPool2d(Size2 kernel_size, Size2 stride = 0, Size2 padding = 0, bool ceil_mode = false,
+  explicit AvgPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0, bool ceil_mode = false,
                      bool count_include_pad = true);
   Tensor forward(const Tensor& x) const;
   std::string extra_repr() const override;

@@ -1,4 +1,4 @@
-// Losses as fused ops (SPECS F1-F4): cross-entropy (optionally masked),
+// Losses as fused ops (SPECS F1-F4): cross-entropy, masked cross-entropy,
 // binary cross-entropy on logits and on probabilities, mse, l1, smooth l1.
 // Prediction and target shapes must match exactly (PyTorch broadcasts some
 // with a warning; kiln refuses, naming both shapes).
@@ -37,11 +37,15 @@ struct CrossEntropyOptions {
 ///   Tensor l = cross_entropy(x, t, {.reduction = Reduction::Sum, .class_dim = 1});
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& opts = {});
 
-/// Masked cross-entropy (SPECS F2): `mask` (bool or floating, targets' shape)
-/// weighs each position; mean divides by the sum of the mask over
-/// non-ignored positions. An all-masked batch gives loss 0 and gradient 0.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& mask,
-                     const CrossEntropyOptions& opts = {});
+/// Masked cross-entropy (SPECS F2): cross_entropy with `mask` (bool or
+/// floating, targets' shape) weighing each position; mean divides by the sum of
+/// the mask over non-ignored positions. An all-masked batch gives loss 0 and
+/// gradient 0. Its own name, not a cross_entropy overload: PyTorch's third
+/// argument of cross_entropy is the per-class weight, and `cross_entropy(x, t, {})`
+/// would not say which one is meant.
+///   Tensor loss = masked_cross_entropy(logits, targets, valid);  // logits [B, T, V], targets / valid [B, T]
+Tensor masked_cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& mask,
+                            const CrossEntropyOptions& opts = {});
 
 /// Stable BCE on logits: max(x, 0) - x * y + log1p(exp(-|x|)), with PyTorch's
 /// pos_weight p (loss = (1 - y) x + (1 + (p - 1) y) softplus(-x)). weight and

@@ -33,11 +33,12 @@ struct PolicyOutput {
 /// The contract. evaluate is all PPO needs; value and observe have defaults.
 class ActorCritic : public nn::Module {
  public:
-  /// Distribution parameters and values for observations [B, *O] f32.
-  virtual PolicyOutput evaluate(const Tensor& obs) = 0;
+  /// Distribution parameters and values for observations [B, *O] f32. const,
+  /// as every module's forward: running statistics change only in observe().
+  virtual PolicyOutput evaluate(const Tensor& obs) const = 0;
   /// The critic alone, [B] (PPO bootstraps truncated episodes with it). By
   /// default evaluate(obs).value.
-  virtual Tensor value(const Tensor& obs) { return evaluate(obs).value; }
+  virtual Tensor value(const Tensor& obs) const { return evaluate(obs).value; }
   /// PPO calls this with every batch of observations it collects, before
   /// evaluating them: the place to update running statistics. Default: nothing.
   virtual void observe(const Tensor& obs) {}
@@ -67,8 +68,8 @@ class MlpActorCritic : public ActorCritic {
  public:
   MlpActorCritic(const EnvSpec& spec, const nn::Init& init, const MlpActorCriticOptions& options = {});
 
-  PolicyOutput evaluate(const Tensor& obs) override;
-  Tensor value(const Tensor& obs) override;
+  PolicyOutput evaluate(const Tensor& obs) const override;
+  Tensor value(const Tensor& obs) const override;
   void observe(const Tensor& obs) override;
 
   const MlpActorCriticOptions& options() const { return options_; }

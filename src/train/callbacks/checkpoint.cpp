@@ -27,6 +27,9 @@ CheckpointCallback::CheckpointCallback(std::string dir, CheckpointCallbackOption
     : options_(std::move(options)), display_name_(metric_display_name(options_.monitor)), ranked_by_(display_name_) {
   KILN_CHECK(!options_.monitor.empty(), "CheckpointCallback",
              "monitor is empty; name a key of trainer.logs(), e.g. \"val/loss\"");
+  KILN_CHECK(!options_.loss_name.empty() && options_.loss_name.find_first_of(" \t\n") == std::string::npos,
+             "CheckpointCallback", "loss_name '{}' must be a non-empty name without spaces, e.g. \"cross_entropy\"",
+             options_.loss_name);
   KILN_CHECK(options_.every_n_steps >= 0, "CheckpointCallback",
              "every_n_steps is {}; it must be >= 0 (0: epoch ends only)", options_.every_n_steps);
   // The manager checks keep_last and min_delta, and the folder (created, writable).
@@ -72,7 +75,8 @@ void CheckpointCallback::on_epoch_end(Trainer& trainer) {
              "trainer.logs() has neither '{}' nor 'loss' at the end of epoch {}", options_.monitor,
              detail::epoch_number(trainer));
   double value = it->second;
-  const std::string& name = fallback ? it->first : display_name_;
+  // The training loss is printed under the loss function's name (spec 002).
+  const std::string& name = fallback ? options_.loss_name : display_name_;
   ranked_by_ = name;
 
   int64_t epoch = detail::epoch_number(trainer);
@@ -143,7 +147,8 @@ std::string CheckpointCallback::best() const { return manager_->best().value_or(
 io::State CheckpointCallback::state() const {
   return {{"best_epoch", std::to_string(best_epoch_)},
           {"best_step", std::to_string(best_step_)},
-          {"last_epoch", std::to_string(last_epoch_)}};
+          {"last_epoch", std::to_string(last_epoch_)},
+          {"ranked_by", ranked_by_}};
 }
 
 void CheckpointCallback::load_state(const io::State& state) {
@@ -156,6 +161,8 @@ void CheckpointCallback::load_state(const io::State& state) {
   best_epoch_ = best_epoch;
   best_step_ = best_step;
   last_epoch_ = last_epoch;
+  // The loss-name record; absent from checkpoints written before it existed.
+  if (auto it = state.find("ranked_by"); it != state.end() && !it->second.empty()) ranked_by_ = it->second;
 }
 
 // ---- ModelCheckpoint ----

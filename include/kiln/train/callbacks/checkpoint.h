@@ -12,6 +12,10 @@
 //
 // and at train end, when the best checkpoint is not the current model, loads
 // its weights and optimizer back: `restored best weights from epoch 3 (val_loss 0.3486)`.
+// Without the monitor in logs() the epoch's training loss ranks them, named
+// as the loss function (spec 002: `epoch 3: cross_entropy improved from ...`)
+// when the options give loss_name; the name that ranked the checkpoints is
+// recorded in the callback's state, so a resumed run prints it too.
 //
 //   auto ckpt = std::make_shared<train::CheckpointCallback>("runs/fmnist");
 //   train::Trainer trainer(10, {validation, progress_bar, early_stopping, ckpt});   // ckpt last
@@ -46,6 +50,10 @@ struct CheckpointCallbackOptions {
   int64_t keep_last = 3;                      // the newest checkpoints kept (>= 1), besides the best
   int64_t every_n_steps = 0;                  // also save every N optimizer steps (unranked); 0: epoch ends only
   bool restore_best = true;                   // load the best weights back at train end
+  /// The training loss's name in the printed lines when it ranks the
+  /// checkpoints (monitor absent from logs()): the loss function, e.g.
+  /// "cross_entropy", as spec 002 prints it. Non-empty, no spaces.
+  std::string loss_name = "loss";
 };
 
 class CheckpointCallback : public Callback, public io::Stateful {
@@ -62,7 +70,7 @@ class CheckpointCallback : public Callback, public io::Stateful {
   /// on after the last save (a run ended by max_steps or a stop mid-epoch),
   /// then restores the best weights (restore_best).
   void on_train_end(Trainer& trainer) override;
-  /// best_epoch, best_step, last_epoch under "checkpoint".
+  /// best_epoch, best_step, last_epoch, ranked_by under "checkpoint".
   void checkpoint_objects(io::Checkpoint& ckpt) override;
   /// Live control: saves a checkpoint of the run now (unranked); always applied.
   bool save_now(Trainer& trainer) override;
@@ -74,6 +82,8 @@ class CheckpointCallback : public Callback, public io::Stateful {
   std::string best() const;
   /// The 1-based epoch of the best checkpoint; 0: none yet.
   int64_t best_epoch() const { return best_epoch_; }
+  /// The name of what ranked the checkpoints ("val_loss", or options().loss_name).
+  const std::string& ranked_by() const { return ranked_by_; }
   const io::CheckpointManager& manager() const { return *manager_; }
   const CheckpointCallbackOptions& options() const { return options_; }
 
@@ -86,7 +96,7 @@ class CheckpointCallback : public Callback, public io::Stateful {
   CheckpointCallbackOptions options_;
   std::unique_ptr<io::CheckpointManager> manager_;
   std::string display_name_;     // monitor as Keras prints it: "val/loss" -> "val_loss"
-  std::string ranked_by_;        // the name printed at the last epoch end: display_name_, or "loss" (fallback)
+  std::string ranked_by_;        // the name printed at the last epoch end: display_name_, or loss_name (fallback)
   int64_t best_epoch_ = 0;       // 1-based epoch of the best checkpoint; 0: none
   int64_t best_step_ = -1;       // its global step
   int64_t last_epoch_ = 0;       // 1-based epoch of the last epoch-end checkpoint
