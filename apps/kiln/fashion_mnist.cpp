@@ -9,9 +9,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "apps/kiln/job_run.h"
 #include "apps/kiln/job_support.h"
-#include "apps/kiln/resume_check.h"
-#include "apps/kiln/run_folder.h"
 
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
@@ -71,26 +70,25 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   RunFolder::check_path(kOp, o.out);
   KILN_CHECK(o.data.empty() || !std::filesystem::exists(o.data) || std::filesystem::is_directory(o.data), kOp,
              "--data {} is a file: give the folder that holds the IDX files (train-images-idx3-ubyte.gz, ...)", o.data);
-  if (o.threads > 0) set_num_threads(o.threads);
-  std::ostream& log = o.log ? *o.log : std::cout;
   const int64_t epochs = o.epochs > 0 ? o.epochs : default_epochs(o.model);
 
   // The data first: a missing data set is reported before --out is touched.
   auto train_set = load_split(o, true);
   auto test_set = load_split(o, false);
   // Locked for the whole run; refuses a folder holding another run unless
-  // resuming or overwriting it.
-  RunFolder folder(kOp, o.out, {.resume = !o.resume.empty(), .overwrite = o.overwrite});
-  const std::string csv = (folder.path() / "metrics.csv").string();
-  const std::string ckpt_dir = (folder.path() / "checkpoints").string();
-  std::string resume = o.resume;
-  if (resume == "latest") {
-    std::filesystem::path dir(ckpt_dir);
-    KILN_CHECK(std::filesystem::is_directory(dir), kOp, "--resume latest: no checkpoint in {}", ckpt_dir);
-    io::CheckpointManager manager(ckpt_dir);
-    KILN_CHECK(manager.latest().has_value(), kOp, "--resume latest: no checkpoint in {}", ckpt_dir);
-    resume = *manager.latest();
-  }
+  // resuming or overwriting it; finds the checkpoint to resume from.
+  JobRun run({.op = kOp,
+              .job = "fashion-mnist",
+              .out = o.out,
+              .resume = o.resume,
+              .overwrite = o.overwrite,
+              .overrides = o.overrides,
+              .threads = o.threads,
+              .log = o.log});
+  std::ostream& log = run.log();
+  const std::string csv = run.csv();
+  const std::string ckpt_dir = run.checkpoint_dir();
+  const std::string& resume = run.resume_path();
 
   // Batch buffers hold what a batch can: never more rows than the split has.
   const int64_t batch_size = std::min(o.batch_size, train_set->size());
@@ -104,15 +102,7 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
 
   // The hyper-parameters of the run, compared on resume (--override records a change).
   json config = hyper_parameters(o, batch_size);
-  json overrides = json::array();
-  if (!resume.empty()) {
-    io::CheckpointInfo info = io::read_checkpoint_info(resume);
-    json saved = json::parse(info.config, nullptr, /*allow_exceptions=*/false);
-    KILN_CHECK(saved.is_object() && saved.value("job", "") == "fashion-mnist", kOp,
-               "--resume {}: not a checkpoint of `kiln train fashion-mnist`", resume);
-    overrides = check_resume(kOp, resume, saved, config, o.overrides, saved.value("overrides", json()),
-                             info.progress.global_step, log);
-  }
+  const json overrides = run.check_hyper_parameters(run.saved_config(), config);
   config["job"] = "fashion-mnist";
   config["epochs"] = epochs;
   if (!overrides.empty()) config["overrides"] = overrides;
@@ -125,7 +115,7 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
       optim::CosineOptions{.max_lr = o.lr, .min_lr = o.lr / 100, .total_steps = epochs * train_loader.size()});
 
   if (!resume.empty()) fmt::print(log, "resuming from {}\n", resume);
-  folder.start(log);  // a new run: the previous one (--overwrite) moves aside
+  run.folder().start(log);  // a new run: the previous one (--overwrite) moves aside
   // The test split validates each epoch; the best epoch is marked but not
   // restored, so the reported accuracy is the last epoch's, not one picked on
   // the test set.
@@ -142,7 +132,7 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
           csv, train::CsvLoggerOptions{.append = false, .log_keys = {"val/loss", "val/accuracy"}}),
       std::make_shared<train::Summary>(),
       checkpoints,  // its checkpoints hold the other callbacks' epoch-end state
-      std::make_shared<ReleasePreviousRun>(folder, checkpoints),
+      std::make_shared<ReleasePreviousRun>(run.folder(), checkpoints),
   };
   train::Trainer trainer(epochs, callbacks,
                          {.out = &log, .tty = o.tty, .config = config.dump(), .on_nan = on_nan});
@@ -152,6 +142,7 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
              threads_and_cpu());
 
   train::SignalGuard signals;  // SIGINT/SIGTERM: finish the step, save, exit 130/143
+  run.serve(trainer.control());  // kiln control RUN_DIR ... (docs/live_control.md)
   try {
     trainer.fit(task, train_loader, resume);
   } catch (const train::NonFiniteLoss& e) {

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "apps/kiln/job_run.h"
 #include "apps/kiln/job_support.h"
 #include "apps/kiln/resume_check.h"
 #include "apps/kiln/run_folder.h"
@@ -265,34 +266,32 @@ LmResult train_lm(const LmOptions& o) {
                  .n_embd = o.n_embd});
   const train::OnNan on_nan = parse_on_nan(kOp, o.on_nan);
   RunFolder::check_path(kOp, o.out);
-  if (o.threads > 0) set_num_threads(o.threads);
-  std::ostream& log = o.log ? *o.log : std::cout;
 
   namespace fs = std::filesystem;
   // The text first: a missing file is reported before --out is touched.
   const std::string text = read_text(o.data);
   // Locked for the whole run; refuses a folder holding another run unless
-  // resuming or overwriting it.
-  RunFolder folder(kOp, o.out, {.resume = !o.resume.empty(), .overwrite = o.overwrite});
-  const std::string csv = (folder.path() / "metrics.csv").string();
-  const std::string ckpt_dir = (folder.path() / "checkpoints").string();
-  std::string resume = o.resume;
-  if (resume == "latest") {
-    KILN_CHECK(fs::is_directory(ckpt_dir), kOp, "--resume latest: no checkpoint in {}", ckpt_dir);
-    io::CheckpointManager manager(ckpt_dir);
-    KILN_CHECK(manager.latest().has_value(), kOp, "--resume latest: no checkpoint in {}", ckpt_dir);
-    resume = *manager.latest();
-  }
+  // resuming or overwriting it; finds the checkpoint to resume from.
+  JobRun run({.op = kOp,
+              .job = "lm",
+              .out = o.out,
+              .resume = o.resume,
+              .overwrite = o.overwrite,
+              .overrides = o.overrides,
+              .threads = o.threads,
+              .log = o.log});
+  std::ostream& log = run.log();
+  const std::string csv = run.csv();
+  const std::string ckpt_dir = run.checkpoint_dir();
+  const std::string& resume = run.resume_path();
 
   // The tokenizer: trained on the whole file (nanoGPT's prepare.py), or the
   // checkpoint's when resuming, so a resumed run encodes the same ids.
   std::shared_ptr<const data::Tokenizer> tok;
   json resumed;
-  int64_t resumed_step = 0;
   if (!resume.empty()) {
     io::CheckpointInfo info;
-    resumed = read_config(kOp, resume, info);
-    resumed_step = info.progress.global_step;
+    resumed = read_config(kOp, resume, info);  // an lm checkpoint with a model and a tokenizer
     tok = data::tokenizer_from_json(resumed["tokenizer"].get<std::string>());
   } else {
     tok = data::train_tokenizer(o.tokenizer, text, {.vocab_size = o.vocab_size});
@@ -321,14 +320,11 @@ LmResult train_lm(const LmOptions& o) {
                               .n_head = o.n_head,
                               .n_embd = o.n_embd,
                               .dropout = o.dropout};
-  json overrides = json::array();
-  if (!resume.empty()) {
-    // Name the first flag that differs (the loader and scheduler would refuse
-    // the file too, with a less helpful message), unless --override accepts it.
-    const json want = {{"model", model_json(cfg)}, {"train", train_json(o, n)}};
-    overrides = check_resume(kOp, resume, hyper_parameters(resumed), hyper_parameters(want), o.overrides,
-                             resumed.value("overrides", json()), resumed_step, log);
-  }
+  // On resume, name the first flag that differs (the loader and scheduler
+  // would refuse the file too, with a less helpful message), unless
+  // --override accepts it.
+  const json want = {{"model", model_json(cfg)}, {"train", train_json(o, n)}};
+  const json overrides = run.check_hyper_parameters(resume.empty() ? json::object() : hyper_parameters(resumed), hyper_parameters(want));
 
   // Streams: parameters, dropout, and the three batch streams (train steps,
   // the train and val estimates), all from --seed.
@@ -366,7 +362,7 @@ LmResult train_lm(const LmOptions& o) {
       eval_loader(val_split, val_eval_seed), train::ValidationOptions{.every_n_steps = o.eval_interval});
 
   if (!resume.empty()) fmt::print(log, "resuming from {}\n", resume);
-  folder.start(log);  // a new run: the previous one (--overwrite) moves aside
+  run.folder().start(log);  // a new run: the previous one (--overwrite) moves aside
   auto checkpoints = std::make_shared<train::CheckpointCallback>(
       ckpt_dir, train::CheckpointCallbackOptions{
                     .monitor = "val/loss", .every_n_steps = o.eval_interval, .restore_best = false});
@@ -381,7 +377,7 @@ LmResult train_lm(const LmOptions& o) {
           csv, train::CsvLoggerOptions{.append = false, .log_keys = {"train/loss", "val/loss"}}),
       std::make_shared<train::Summary>(),
       checkpoints,  // its checkpoints hold the other callbacks' state
-      std::make_shared<ReleasePreviousRun>(folder, checkpoints),
+      std::make_shared<ReleasePreviousRun>(run.folder(), checkpoints),
   };
   train::Trainer trainer(1, callbacks,
                          {.max_steps = o.iters,
@@ -398,6 +394,7 @@ LmResult train_lm(const LmOptions& o) {
              tok->vocab_size(), n_train, n_val, o.batch_size, o.iters, threads_and_cpu());
 
   train::SignalGuard signals;  // SIGINT/SIGTERM: finish the step, save, exit 130/143
+  run.serve(trainer.control());  // kiln control RUN_DIR ... (docs/live_control.md)
   try {
     trainer.fit(task, train_loader, resume);
   } catch (const train::NonFiniteLoss& e) {

@@ -4,9 +4,15 @@
 //   kiln train lm --data FILE [--tokenizer char|byte|bpe] [--iters N] [--lr X] ... (apps/kiln/lm.h)
 //   kiln generate --checkpoint PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
 //                 [--top-p P] [--seed S] (apps/kiln/generate.h)
-//   kiln rl dqn cartpole | kiln rl sac pendulum [--seed N] [--total-steps N] [--out DIR] [--overwrite] ...
-//   kiln rl ppo cartpole|pendulum [--seed N] [--total-steps N] [--envs N] [--out DIR] [--resume]
-//                                 [--threads N] [--eval-every N] [--eval-episodes N]
+//   kiln rl ppo cartpole|pendulum [--total-steps N] [--envs N] [--eval-every N] [--eval-episodes N] ...
+//   kiln rl dqn cartpole | kiln rl sac pendulum [--total-steps N] [--eval-every N] [--eval-episodes N] ...
+//   kiln control RUN_DIR status|pause|resume|stop|checkpoint|evaluate|set NAME=VALUE
+//
+// Every job (train and rl) takes the same run flags (apps/kiln/run_flags.h):
+// --out DIR --seed N --threads N --resume [latest|PATH] --overwrite
+// --override NAME[,NAME]; while it runs, `kiln control RUN_DIR ...` steers it
+// over RUN_DIR/control.sock and exits 0 when the command was applied, 1 when
+// it was rejected (or no job runs there), 2 on a usage error.
 //
 // Every failure ends as one line, `kiln: error: ...`, and a non-zero status:
 // 2 for a command line CLI11 or a numeric flag refuses, 1 for anything a job
@@ -20,15 +26,17 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <iostream>
 #include <new>
-#include <sstream>
 
 #include "apps/kiln/cli_numbers.h"
+#include "apps/kiln/control_socket.h"
 #include "apps/kiln/fashion_mnist.h"
 #include "apps/kiln/generate.h"
 #include "apps/kiln/lm.h"
 #include "apps/kiln/rl.h"
 #include "apps/kiln/rl_offpolicy.h"
+#include "apps/kiln/run_flags.h"
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
 
@@ -36,6 +44,10 @@ namespace {
 
 using kiln::app::add_integer;
 using kiln::app::add_real;
+using kiln::app::add_run_flags;
+using kiln::app::clamp_threads;
+using kiln::app::finish_run_flags;
+using kiln::app::RunFlags;
 using kiln::app::kMaxBatch;
 using kiln::app::kMaxCount;
 using kiln::app::kMaxSeed;
@@ -75,45 +87,7 @@ int report(const std::exception_ptr& error) {
   std::_Exit(1);
 }
 
-// --threads above the CPUs this process may use is clamped, with a notice:
-// OpenMP fails far above it, and more threads than cores only slow kiln down.
-void clamp_threads(int& threads) {
-  const int cpus = kiln::available_cpus();
-  if (threads <= cpus) return;
-  std::fprintf(stderr, "kiln: --threads %d is more than the %d CPU%s available: using %d\n", threads, cpus,
-               cpus == 1 ? "" : "s", cpus);
-  threads = cpus;
-}
-
-// --override lr,seed (or a bare --override: any change) as a list of names.
-std::vector<std::string> override_list(const CLI::App* sub, const std::string& text) {
-  if (sub->count("--override") == 0) return {};
-  if (text.empty()) return {"all"};
-  std::vector<std::string> names;
-  std::stringstream in(text);
-  for (std::string name; std::getline(in, name, ',');)
-    if (!name.empty()) names.push_back(name);
-  return names;
-}
-
-void add_override(CLI::App* sub, std::string& text) {
-  sub->add_option("--override", text,
-                  "with --resume: accept these changed hyper-parameters (comma-separated, e.g. lr,seed; bare: any) "
-                  "and record the change in the run's checkpoints")
-      ->expected(0, 1);
-}
-
-void add_overwrite(CLI::App* sub, bool& overwrite) {
-  sub->add_flag("--overwrite", overwrite,
-                "replace the run in --out (kept aside in --out/previous-<time>/ until the new run's first checkpoint)");
-}
-
 int exit_status(int signal) { return signal == 0 ? 0 : 128 + signal; }
-
-// An explicit `--out ""` is a mistake, not a request for the job's default folder.
-void check_out(const CLI::App* sub, const std::string& op, const std::string& out) {
-  KILN_CHECK(sub->count("--out") == 0 || !out.empty(), op, "--out must name a folder, got ''");
-}
 
 int run(int argc, char** argv) {
   CLI::App app{"kiln: train models with the kiln C++ deep-learning framework"};
@@ -124,7 +98,8 @@ int run(int argc, char** argv) {
   train->require_subcommand(1);
   auto* fashion = train->add_subcommand("fashion-mnist", "an image classifier on Fashion-MNIST");
   kiln::app::FashionMnistOptions o;
-  std::string o_override;
+  RunFlags o_flags =
+      add_run_flags(fashion, "kiln train fashion-mnist", o, {.seed = "seed of parameters, dropout and data order"});
   fashion->add_option("--model", o.model, "cnn (2 conv + BN + pooling) or mlp (256-128-100)")
       ->check(CLI::IsMember({"cnn", "mlp"}))
       ->capture_default_str();
@@ -132,15 +107,7 @@ int run(int argc, char** argv) {
   add_integer(fashion, "--batch-size", o.batch_size, "examples per step (at most the training images)", 1, kMaxBatch);
   add_real(fashion, "--lr", o.lr, "AdamW learning rate (cosine decay to lr/100)", kPositive);
   add_real(fashion, "--weight-decay", o.weight_decay, "AdamW weight decay", kNonNegative);
-  add_integer(fashion, "--threads", o.threads, "threads (default: all cores)", 1, kMaxThreads, false);
-  add_integer(fashion, "--seed", o.seed, "seed of parameters, dropout and data order", 0, kMaxSeed);
-  fashion->add_option("--out", o.out, "output folder: metrics.csv, checkpoints/")->capture_default_str();
   fashion->add_option("--data", o.data, "folder of the IDX files (default: $KILN_FASHION_MNIST or /usr/share/datasets/fashion-mnist)");
-  fashion->add_option("--resume", o.resume, "continue from a checkpoint: latest (in --out) or a path")
-      ->expected(0, 1)
-      ->default_str("latest");
-  add_overwrite(fashion, o.overwrite);
-  add_override(fashion, o_override);
   fashion->add_option("--on-nan", o.on_nan, "a NaN or infinite loss: stop the run, or skip the step")
       ->check(CLI::IsMember({"stop", "skip"}))
       ->capture_default_str();
@@ -149,7 +116,7 @@ int run(int argc, char** argv) {
 
   auto* lm = train->add_subcommand("lm", "a GPT language model on a text file (nanoGPT's shakespeare_char recipe)");
   kiln::app::LmOptions l;
-  std::string l_override;
+  RunFlags l_flags = add_run_flags(lm, "kiln train lm", l, {.seed = "seed of parameters, dropout and batches"});
   lm->add_option("--data", l.data, "the text file; the last 10% of its tokens validate")->required();
   lm->add_option("--tokenizer", l.tokenizer, "char, byte or bpe (trained on the file)")
       ->check(CLI::IsMember({"char", "byte", "bpe"}))
@@ -171,14 +138,6 @@ int run(int argc, char** argv) {
   add_real(lm, "--grad-clip", l.grad_clip, "max gradient norm (0: none)", kNonNegative);
   add_integer(lm, "--eval-interval", l.eval_interval, "estimate the losses (and save) every N steps", 1, 1e9);
   add_integer(lm, "--eval-iters", l.eval_iters, "batches per loss estimate", 1, 1e9);
-  add_integer(lm, "--seed", l.seed, "seed of parameters, dropout and batches", 0, kMaxSeed);
-  add_integer(lm, "--threads", l.threads, "threads (default: all cores)", 1, kMaxThreads, false);
-  lm->add_option("--out", l.out, "output folder: metrics.csv, checkpoints/")->capture_default_str();
-  lm->add_option("--resume", l.resume, "continue from a checkpoint: latest (in --out) or a path")
-      ->expected(0, 1)
-      ->default_str("latest");
-  add_overwrite(lm, l.overwrite);
-  add_override(lm, l_override);
   lm->add_option("--on-nan", l.on_nan, "a NaN or infinite loss: stop the run, or skip the step")
       ->check(CLI::IsMember({"stop", "skip"}))
       ->capture_default_str();
@@ -189,19 +148,16 @@ int run(int argc, char** argv) {
   rl->require_subcommand(1);
   auto* ppo = rl->add_subcommand("ppo", "PPO with a tuned preset (docs/rl.md)");
   kiln::app::PPOJobOptions ppo_o;
-  std::string ppo_override;
+  RunFlags ppo_flags = add_run_flags(ppo, "kiln rl ppo", ppo_o,
+                                     {.seed = "seed of parameters, actions, minibatches and resets",
+                                      .out = "(default: runs/ppo-<env>)",
+                                      .threads_all = false});
   ppo->add_option("env", ppo_o.env, "cartpole (CartPole-v1) or pendulum (Pendulum-v1)")
       ->required()
       ->check(CLI::IsMember({"cartpole", "pendulum"}));
-  add_integer(ppo, "--seed", ppo_o.seed, "seed of parameters, actions, minibatches and resets", 0, kMaxSeed);
   add_integer(ppo, "--total-steps", ppo_o.total_steps, "environment steps (default: the preset's)", 1, kMaxCount,
               false);
   add_integer(ppo, "--envs", ppo_o.envs, "training environments (default: the preset's)", 1, 1 << 16, false);
-  ppo->add_option("--out", ppo_o.out, "output folder: metrics.csv, checkpoints/ (default: runs/ppo-<env>)");
-  ppo->add_flag("--resume", ppo_o.resume, "continue from the newest checkpoint in --out");
-  add_overwrite(ppo, ppo_o.overwrite);
-  add_override(ppo, ppo_override);
-  add_integer(ppo, "--threads", ppo_o.threads, "threads", 1, kMaxThreads);
   add_integer(ppo, "--eval-every", ppo_o.eval_every, "environment steps between evaluations and checkpoints (0: only at the end)",
               0, kMaxCount);
   add_integer(ppo, "--eval-episodes", ppo_o.eval_episodes, "episodes per deterministic evaluation", 1, 1e6);
@@ -210,19 +166,31 @@ int run(int argc, char** argv) {
   kiln::app::OffPolicyJobOptions dqn_o{.algo = "dqn"}, sac_o{.algo = "sac"};
   CLI::App* offpolicy[2] = {rl->add_subcommand("dqn", "DQN on CartPole (docs/rl_offpolicy.md)"),
                             rl->add_subcommand("sac", "SAC with fixed alpha on Pendulum (docs/rl_offpolicy.md)")};
-  for (auto [sub, op] : {std::pair{offpolicy[0], &dqn_o}, std::pair{offpolicy[1], &sac_o}}) {
+  RunFlags offpolicy_flags[2];
+  for (int i = 0; i < 2; ++i) {
+    CLI::App* sub = offpolicy[i];
+    kiln::app::OffPolicyJobOptions* op = i == 0 ? &dqn_o : &sac_o;
     const std::string env = op->algo == "dqn" ? "cartpole" : "pendulum";
     sub->add_option("env", op->env, env)->required()->check(CLI::IsMember({env}));
-    add_integer(sub, "--seed", op->seed, "seed of parameters, exploration, replay sampling and resets", 0, kMaxSeed);
+    offpolicy_flags[i] = add_run_flags(sub, "kiln rl " + op->algo, *op,
+                                       {.seed = "seed of parameters, exploration, replay sampling and resets",
+                                        .out = "(default: runs/<algo>-<env>)",
+                                        .threads_all = false});
     add_integer(sub, "--total-steps", op->total_steps, "environment steps (default: 200k for dqn, 30k for sac)", 1,
                 kMaxCount, false);
-    sub->add_option("--out", op->out, "output folder: metrics.csv, checkpoints/ (default: runs/<algo>-<env>)");
-    add_overwrite(sub, op->overwrite);
-    add_integer(sub, "--threads", op->threads, "threads", 1, kMaxThreads);
     add_integer(sub, "--eval-every", op->eval_every, "environment steps between evaluations and checkpoints", 1,
                 kMaxCount, false);
     add_integer(sub, "--eval-episodes", op->eval_episodes, "episodes per deterministic evaluation", 1, 1e6);
   }
+
+  // kiln control RUN_DIR COMMAND...: live control of a running job (docs/live_control.md).
+  auto* control = app.add_subcommand("control", "steer the job running in RUN_DIR over RUN_DIR/control.sock");
+  std::string control_dir;
+  std::vector<std::string> control_words;
+  control->add_option("run_dir", control_dir, "the job's --out folder")->required();
+  control->add_option("command", control_words,
+                      "status | pause | resume | stop | checkpoint | evaluate | set NAME=VALUE (e.g. set lr=0.0001)")
+      ->required();
 
   auto* gen = app.add_subcommand("generate", "sample text from a `kiln train lm` checkpoint, streamed");
   kiln::app::GenerateTextOptions g;
@@ -244,28 +212,32 @@ int run(int argc, char** argv) {
   }
 
   if (fashion->parsed()) {
-    if (fashion->count("--resume") > 0 && o.resume.empty()) o.resume = "latest";
-    o.overrides = override_list(fashion, o_override);
-    clamp_threads(o.threads);
+    finish_run_flags(o_flags, o);
     return exit_status(kiln::app::train_fashion_mnist(o).signal);
   }
   if (lm->parsed()) {
-    if (lm->count("--resume") > 0 && l.resume.empty()) l.resume = "latest";
-    l.overrides = override_list(lm, l_override);
-    clamp_threads(l.threads);
+    finish_run_flags(l_flags, l);
     return exit_status(kiln::app::train_lm(l).signal);
   }
   if (ppo->parsed()) {
-    check_out(ppo, "kiln rl ppo", ppo_o.out);
-    ppo_o.overrides = override_list(ppo, ppo_override);
-    clamp_threads(ppo_o.threads);
+    finish_run_flags(ppo_flags, ppo_o);
     return exit_status(kiln::app::run_ppo(ppo_o).signal);
   }
-  for (auto [sub, op] : {std::pair{offpolicy[0], &dqn_o}, std::pair{offpolicy[1], &sac_o}}) {
-    if (!sub->parsed()) continue;
-    check_out(sub, "kiln rl " + op->algo, op->out);
-    clamp_threads(op->threads);
-    return exit_status(kiln::app::run_offpolicy(*op).signal);
+  for (int i = 0; i < 2; ++i) {
+    if (!offpolicy[i]->parsed()) continue;
+    kiln::app::OffPolicyJobOptions& op = i == 0 ? dqn_o : sac_o;
+    finish_run_flags(offpolicy_flags[i], op);
+    return exit_status(kiln::app::run_offpolicy(op).signal);
+  }
+  if (control->parsed()) {
+    nlohmann::json request;
+    try {
+      request = kiln::app::control_request(control_words);
+    } catch (const kiln::Error& e) {
+      std::fprintf(stderr, "kiln: error: %s (kiln control --help)\n", e.what());
+      return 2;
+    }
+    return kiln::app::print_control_answer(kiln::app::send_control_request(control_dir, request), std::cout);
   }
   if (gen->parsed()) {
     clamp_threads(g.threads);

@@ -19,7 +19,7 @@ struct PPOJobOptions {
   int64_t total_steps = 0;       // environment steps of the run (the LR schedule's length); 0: the preset's
   int64_t envs = 0;              // training environments; 0: the preset's
   std::string out = "";          // metrics.csv and checkpoints/ go here; "": runs/ppo-<env>
-  bool resume = false;           // continue from the newest checkpoint in out
+  std::string resume = "";       // "": a new run; "latest": the newest checkpoint in out; else a path
   bool overwrite = false;        // a new run may replace the run in out (moved aside until its first checkpoint)
   std::vector<std::string> overrides = {};  // hyper-parameters a resume may change ("seed", ...; "all": any)
   int threads = 1;               // 1 by default: batch-8 forwards are faster on one core than split

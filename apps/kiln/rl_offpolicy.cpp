@@ -4,21 +4,20 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
-#include <chrono>
-#include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <algorithm>
+#include <cmath>
 #include <functional>
-#include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
+#include "apps/kiln/job_run.h"
 #include "apps/kiln/job_support.h"
-#include "apps/kiln/run_folder.h"
+#include "apps/kiln/rl_run.h"
 #include "kiln/core/error.h"
-#include "kiln/core/parallel.h"
 #include "kiln/io/checkpoint.h"
-#include "kiln/io/checkpoint_manager.h"
+#include "kiln/optim/optimizer.h"
 #include "kiln/rl/dqn.h"
 #include "kiln/rl/evaluate.h"
 #include "kiln/rl/make_env.h"
@@ -29,7 +28,7 @@ namespace kiln::app {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using nlohmann::json;
 
 // What each algorithm brings: its environment, budgets and target.
 struct Recipe {
@@ -71,100 +70,143 @@ OffPolicyJobResult run_offpolicy(const OffPolicyJobOptions& o) {
   KILN_CHECK(o.eval_every >= 0, op, "--eval-every must be non-negative, got {}", o.eval_every);
   KILN_CHECK(o.eval_episodes > 0, op, "--eval-episodes must be positive, got {}", o.eval_episodes);
   KILN_CHECK(o.threads >= 0, op, "--threads must be non-negative, got {}", o.threads);
+  KILN_CHECK(o.max_steps >= 0, op, "max_steps must be non-negative, got {}", o.max_steps);
   const int64_t total = o.total_steps > 0 ? o.total_steps : rc.total_steps;
   const int64_t eval_every = std::min(o.eval_every > 0 ? o.eval_every : rc.eval_every, total);
-
-  struct Threads {  // the thread count is process-wide: set for the job, restored after it
-    int before = get_num_threads();
-    ~Threads() { set_num_threads(before); }
-  } threads_guard;
-  if (o.threads > 0) set_num_threads(o.threads);
-  std::ostream& log = o.log ? *o.log : std::cout;
 
   auto env = rl::make_vector_env(rc.env_id, 1);
   auto eval_env = rl::make_vector_env(rc.env_id, 1);
   const rl::EvaluationOptions eval_options{.episodes = o.eval_episodes, .seed = 10'000 + o.seed};
   io::Checkpoint ckpt;
-  ckpt.config(fmt::format(R"({{"job":"{}","env":"{}","seed":{},"total_steps":{}}})", o.algo, rc.env_id, o.seed,
-                          total));
 
-  // One loop for both: learn(on_stats, every) and the deterministic policy.
+  // One loop for both: learn(on_stats, every), the deterministic policy, and
+  // what a checkpoint, live control and the CSV need of each.
   std::unique_ptr<rl::DQN> dqn;
   std::unique_ptr<rl::SAC> sac;
   std::function<void(const std::function<bool(const Window&)>&)> learn;
+  std::function<void()> restart_episodes;
+  std::function<int64_t()> global_step;
+  std::vector<std::pair<std::string, optim::Optimizer*>> optimizers;  // live control's set NAME=VALUE
   const int64_t poll = poll_every(eval_every);
   rl::Policy policy;
   if (o.algo == "dqn") {
-    dqn = std::make_unique<rl::DQN>(*env, rl::DQNOptions{.total_timesteps = total, .seed = o.seed});
+    // A buffer larger than the run never fills: capped at the run's steps, it
+    // samples and trains the same, and checkpoints only what it can hold.
+    dqn = std::make_unique<rl::DQN>(
+        *env, rl::DQNOptions{.total_timesteps = total,
+                             .buffer_size = std::min(rl::DQNOptions{}.buffer_size, total),
+                             .seed = o.seed});
     dqn->checkpoint(ckpt);
     policy = dqn->greedy_policy();
     learn = [&](const std::function<bool(const Window&)>& f) {
       dqn->learn([&](const rl::DQNStats& s) { return f({s.global_step, s.episodes, s.mean_return}); }, poll);
     };
+    restart_episodes = [&] { dqn->restart_episodes(); };
+    global_step = [&] { return dqn->global_step(); };
+    optimizers = {{"", &dqn->optimizer()}};
   } else {
-    sac = std::make_unique<rl::SAC>(*env, rl::SACOptions{.total_timesteps = total, .seed = o.seed});
+    sac = std::make_unique<rl::SAC>(
+        *env, rl::SACOptions{.total_timesteps = total,
+                             .buffer_size = std::min(rl::SACOptions{}.buffer_size, total),
+                             .seed = o.seed});
     sac->checkpoint(ckpt);
     policy = sac->deterministic_policy();
     learn = [&](const std::function<bool(const Window&)>& f) {
       sac->learn([&](const rl::SACStats& s) { return f({s.global_step, s.episodes, s.mean_return}); }, poll);
     };
+    restart_episodes = [&] { sac->restart_episodes(); };
+    global_step = [&] { return sac->global_step(); };
+    optimizers = {{"policy_", &sac->actor_optimizer()}, {"q_", &sac->q_optimizer()}};
   }
+  // The learning rates, one column each ("learning_rate" for DQN's; "policy_lr", "q_lr" for SAC's).
+  std::string lr_columns;
+  for (const auto& [prefix, opt] : optimizers) lr_columns += prefix.empty() ? ",learning_rate" : "," + prefix + "lr";
 
   // Locked for the whole run; a folder holding another run is refused unless
-  // --overwrite, which moves it aside until this run's first checkpoint.
-  RunFolder folder(op, o.out.empty() ? "runs/" + o.algo + "-" + rc.env_name : o.out, {.overwrite = o.overwrite});
-  const std::filesystem::path& out = folder.path();
-  const std::string ckpt_dir = (out / "checkpoints").string();
-  folder.start(log);
-  OffPolicyJobResult r;
-  r.target_return = rc.target;
-  r.csv = (out / "metrics.csv").string();
-  std::ofstream csv(r.csv, std::ios::trunc);
-  KILN_CHECK(csv.good(), op, "cannot write {}", r.csv);
-  csv << "global_step,seconds,train_return,eval_return,eval_std\n";
-  io::CheckpointManager manager(ckpt_dir, {.keep_last = 2});
+  // resuming it or --overwrite, which moves it aside until this run's first checkpoint.
+  JobRun run({.op = op,
+              .job = o.algo,
+              .out = o.out.empty() ? "runs/" + o.algo + "-" + rc.env_name : o.out,
+              .resume = o.resume,
+              .overwrite = o.overwrite,
+              .overrides = o.overrides,
+              .threads = o.threads,
+              .log = o.log});
+  std::ostream& log = run.log();
+  const json hyper = {{"seed", o.seed}, {"total_steps", total}};
+  const json overrides = run.check_hyper_parameters(run.saved_config(), hyper);
+  json config = hyper;
+  config["job"] = o.algo;
+  config["env"] = rc.env_id;
+  config["eval_every"] = eval_every;
+  config["eval_episodes"] = o.eval_episodes;
+  if (!overrides.empty()) config["overrides"] = overrides;  // --override's record (apps/kiln/resume_check.h)
+
+  RlRun loop(run, ckpt, "global_step,seconds,train_return,eval_return,eval_std" + lr_columns, eval_every);
+  RlJobState& job = loop.job();
+  auto evaluate = [&] {
+    rl::EvaluationResult e = rl::evaluate_policy(policy, *eval_env, eval_options);
+    loop.logs()["val/return"] = e.mean_return;
+    loop.logs()["val/return_std"] = e.std_return;
+    return e;
+  };
+  // NOTE [exact resume] (rl.cpp): every checkpoint starts fresh episodes, as
+  // a resume from it does, so a resumed run continues as the uninterrupted one.
+  loop.hooks = {.before_save = restart_episodes, .evaluate = [&] { evaluate(); }, .optimizers = optimizers};
+  loop.start(config);
+  for (const auto& [prefix, opt] : optimizers) loop.logs()[prefix + "lr"] = opt->get("lr");
 
   fmt::print(log, "{} {}: {} steps · evaluation every {} steps on {} episode{} · seed {} · {}\n", o.algo, rc.env_id,
              total, eval_every, o.eval_episodes, o.eval_episodes == 1 ? "" : "s", o.seed, threads_and_cpu());
-  const auto t0 = Clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  if (run.resuming()) fmt::print(log, "continuing at step {} of {}\n", global_step(), total);
+  OffPolicyJobResult r;
+  r.target_return = rc.target;
+  r.csv = run.csv();
+  r.global_step = global_step();
+  r.eval_return = job.eval_return;
+  r.eval_std = job.eval_std;
+  r.solved_step = job.solved_step;
   // The episodes that ended since the last evaluation (the windows are shorter).
   double return_sum = 0;
-  int64_t episodes = 0, next_eval = eval_every;
-  train::SignalGuard signals;  // SIGINT/SIGTERM: save within `poll` steps, exit 130/143
+  int64_t episodes = 0;
+  const int64_t first_step = global_step();
+  // A safe point every `poll` steps: live control, SIGINT/SIGTERM (save, exit 130/143).
   learn([&](const Window& w) {
     if (w.episodes > 0) {
       return_sum += w.mean_return * double(w.episodes);
       episodes += w.episodes;
     }
-    const bool stop = train::SignalGuard::received() != 0;
-    if (w.global_step < next_eval && w.global_step < total && !stop) return true;
-    while (next_eval <= w.global_step) next_eval += eval_every;
+    const bool go_on = loop.poll(w.global_step);
+    if (w.global_step < job.next_eval && w.global_step < total && go_on) return true;
+    while (job.next_eval <= w.global_step) job.next_eval += eval_every;
     const int64_t step = w.global_step;
     const double train_return = episodes > 0 ? return_sum / double(episodes) : std::nan("");
     return_sum = 0;
     episodes = 0;
-    const rl::EvaluationResult e = rl::evaluate_policy(policy, *eval_env, eval_options);
+    const rl::EvaluationResult e = evaluate();
     r.global_step = step;
-    r.eval_return = e.mean_return;
-    r.eval_std = e.std_return;
-    const bool solved_now = r.solved_step < 0 && e.mean_return >= rc.target;
-    if (solved_now) r.solved_step = step;
+    r.eval_return = job.eval_return = e.mean_return;
+    r.eval_std = job.eval_std = e.std_return;
+    const bool solved_now = job.solved_step < 0 && e.mean_return >= rc.target;
+    if (solved_now) job.solved_step = step;
     fmt::print(log, "step {} · train return {} · eval {:.1f} ± {:.1f} · {:.1f} s{}\n", step,
                std::isnan(train_return) ? std::string("-") : fmt::format("{:.1f}", train_return), e.mean_return,
-               e.std_return, elapsed(), solved_now ? fmt::format(" · solved (≥ {})", rc.target) : "");
-    fmt::print(csv, "{},{},{},{},{}\n", step, elapsed(), std::isnan(train_return) ? "" : fmt::format("{}", train_return),
-               e.mean_return, e.std_return);
-    csv.flush();
-    r.checkpoint = manager.save(ckpt, step);
-    folder.first_checkpoint_written();
-    return !stop;
+               e.std_return, loop.elapsed(), solved_now ? fmt::format(" · solved (≥ {})", rc.target) : "");
+    fmt::print(loop.csv(), "{},{},{},{},{}", step, loop.elapsed(),
+               std::isnan(train_return) ? "" : fmt::format("{}", train_return), e.mean_return, e.std_return);
+    for (const auto& [prefix, opt] : optimizers) fmt::print(loop.csv(), ",{}", opt->get("lr"));
+    loop.csv() << '\n';
+    r.checkpoint = loop.save(step);
+    const bool enough = o.max_steps > 0 && step - first_step >= o.max_steps;
+    return go_on && !enough;
   });
-  r.seconds = elapsed();
-  r.signal = train::SignalGuard::received();
+  r.solved_step = job.solved_step;
+  r.seconds = loop.elapsed();
+  if (r.checkpoint.empty() && run.resuming()) r.checkpoint = run.resume_path();
+  r.signal = loop.finish();
   if (r.signal != 0)
-    fmt::print(log, "stopped by {} at step {} (these jobs do not resume; the checkpoint {} holds the run)\n",
-               train::SignalGuard::name(r.signal), r.global_step, r.checkpoint);
+    fmt::print(log, "stopped by {} at step {}: resume with --resume (from {})\n", train::SignalGuard::name(r.signal),
+               r.global_step, r.checkpoint);
   fmt::print(log, "{} after {} steps in {:.1f} s: eval {:.1f} ± {:.1f}; {}\n", rc.env_id, r.global_step, r.seconds,
              r.eval_return, r.eval_std,
              r.solved_step >= 0 ? fmt::format("first reached {} at step {}", rc.target, r.solved_step)

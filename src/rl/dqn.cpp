@@ -100,18 +100,37 @@ DQN::DQN(VectorEnv& env, const DQNOptions& options)
   const EnvSpec& spec = env.spec();
   KILN_CHECK(spec.action.kind == SpaceKind::Discrete, kOp, "{}: DQN needs Discrete(n) actions, got {}", spec.name,
              spec.action.to_string());
-  num_steps_ = options.total_timesteps / env.num_envs();
+  Rngs rngs{{"params", options.seed}};
+  own_q_ = std::make_unique<QNetwork>(spec, nn::Init(rngs), options.hidden);
+  own_target_ = std::make_unique<QNetwork>(spec, nn::Init(rngs), options.hidden);
+  setup(*own_q_, *own_target_);
+}
+
+DQN::DQN(VectorEnv& env, QNetwork& q_network, QNetwork& target_network, const DQNOptions& options)
+    : env_(env), options_(options), buffer_((options.validate(), options.buffer_size), env.spec()) {
+  const EnvSpec& spec = env.spec();
+  KILN_CHECK(spec.action.kind == SpaceKind::Discrete, kOp, "{}: DQN needs Discrete(n) actions, got {}", spec.name,
+             spec.action.to_string());
+  KILN_CHECK(&q_network != &target_network, kOp, "q_network and target_network must be two networks, got one twice");
+  KILN_CHECK(q_network.num_actions() == spec.action.n, kOp, "q_network has {} actions, {} has {}",
+             q_network.num_actions(), spec.name, spec.action.n);
+  setup(q_network, target_network);
+}
+
+void DQN::setup(QNetwork& q, QNetwork& target) {
+  num_steps_ = options_.total_timesteps / env_.num_envs();
   KILN_CHECK(num_steps_ > 0, kOp, "total_timesteps {} is less than one step of {} environments",
-             options.total_timesteps, env.num_envs());
-  Rngs rngs{{"params", options.seed}, {"dqn", options.seed}};
-  q_ = std::make_unique<QNetwork>(spec, nn::Init(rngs), options.hidden);
-  target_ = std::make_unique<QNetwork>(spec, nn::Init(rngs), options.hidden);
+             options_.total_timesteps, env_.num_envs());
+  q_ = &q;
+  target_ = &target;
   target_->load_state_dict(q_->state_dict());
   optimizer_ = std::make_unique<optim::Adam>(q_->parameters(),
-                                             optim::AdamOptions{.lr = options.learning_rate, .eps = options.adam_eps});
+                                             optim::AdamOptions{.lr = options_.learning_rate, .eps = options_.adam_eps});
+  // Exploration and replay sampling: a stream of their own, the same whoever built the networks.
+  Rngs rngs{{"dqn", options_.seed}};
   explore_gen_ = rngs.next("dqn");
   sample_gen_ = rngs.next("dqn");
-  reset_env(offpolicy::env_seed(options.seed, 0));
+  reset_env(offpolicy::env_seed(options_.seed, 0));
 }
 
 DQN::~DQN() = default;
@@ -135,6 +154,8 @@ Tensor DQN::act(const Tensor& obs) {
 Policy DQN::greedy_policy() {
   return [this](const Tensor& obs) { return act(obs); };
 }
+
+void DQN::restart_episodes() { reset_env(offpolicy::env_seed(options_.seed, step_)); }
 
 void DQN::step() {
   KILN_CHECK(!done(), kOp, "all {} steps of total_timesteps {} are done", num_steps_, options_.total_timesteps);

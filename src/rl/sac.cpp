@@ -101,22 +101,43 @@ SAC::SAC(VectorEnv& env, const SACOptions& options)
     : env_(env), options_(options), buffer_((options.validate(), options.buffer_size), env.spec()) {
   const EnvSpec& spec = env.spec();
   check_spec(spec, kOp);
-  num_steps_ = options.total_timesteps / env.num_envs();
-  KILN_CHECK(num_steps_ > 0, kOp, "total_timesteps {} is less than one step of {} environments",
-             options.total_timesteps, env.num_envs());
-  Rngs rngs{{"params", options.seed}, {"sac", options.seed}};
+  Rngs rngs{{"params", options.seed}};
   nn::Init init(rngs);
-  actor_ = std::make_unique<SACActor>(spec, init, options.hidden);
-  critics_ = std::make_unique<TwinQ>(spec, init, options.hidden);
-  targets_ = std::make_unique<TwinQ>(spec, init, options.hidden);
+  own_actor_ = std::make_unique<SACActor>(spec, init, options.hidden);
+  own_critics_ = std::make_unique<TwinQ>(spec, init, options.hidden);
+  own_targets_ = std::make_unique<TwinQ>(spec, init, options.hidden);
+  setup(*own_actor_, *own_critics_, *own_targets_);
+}
+
+SAC::SAC(VectorEnv& env, SACActor& actor, TwinQ& critics, TwinQ& target_critics, const SACOptions& options)
+    : env_(env), options_(options), buffer_((options.validate(), options.buffer_size), env.spec()) {
+  const EnvSpec& spec = env.spec();
+  check_spec(spec, kOp);
+  KILN_CHECK(&critics != &target_critics, kOp, "critics and target_critics must be two modules, got one twice");
+  KILN_CHECK(actor.action_dim() == spec.action.shape[0], kOp, "the actor has {} action dimensions, {} has {}",
+             actor.action_dim(), spec.name, spec.action.shape[0]);
+  setup(actor, critics, target_critics);
+}
+
+void SAC::setup(SACActor& actor, TwinQ& critics, TwinQ& targets) {
+  num_steps_ = options_.total_timesteps / env_.num_envs();
+  KILN_CHECK(num_steps_ > 0, kOp, "total_timesteps {} is less than one step of {} environments",
+             options_.total_timesteps, env_.num_envs());
+  actor_ = &actor;
+  critics_ = &critics;
+  targets_ = &targets;
   targets_->load_state_dict(critics_->state_dict());
-  actor_opt_ = std::make_unique<optim::Adam>(actor_->parameters(), optim::AdamOptions{.lr = options.policy_lr});
-  q_opt_ = std::make_unique<optim::Adam>(critics_->parameters(), optim::AdamOptions{.lr = options.q_lr});
+  actor_opt_ = std::make_unique<optim::Adam>(actor_->parameters(), optim::AdamOptions{.lr = options_.policy_lr});
+  q_opt_ = std::make_unique<optim::Adam>(critics_->parameters(), optim::AdamOptions{.lr = options_.q_lr});
+  // Actions, replay sampling and noise: a stream of their own, the same whoever built the networks.
+  Rngs rngs{{"sac", options_.seed}};
   action_gen_ = rngs.next("sac");
   sample_gen_ = rngs.next("sac");
   noise_gen_ = rngs.next("sac");
-  reset_env(offpolicy::env_seed(options.seed, 0));
+  reset_env(offpolicy::env_seed(options_.seed, 0));
 }
+
+void SAC::restart_episodes() { reset_env(offpolicy::env_seed(options_.seed, step_)); }
 
 SAC::~SAC() = default;
 

@@ -109,34 +109,105 @@ std::vector<CommandResult> Control::results(uint64_t after_id) const {
   return {first_after(ring_, after_id), ring_.end()};
 }
 
-// ---- the training thread ----
+// ---- Trainer as a Controllable ----
+
+// The Trainer's side of the contract: its state (Control is its friend), its
+// callbacks' hooks and its task's optimizer.
+class Control::TrainerLoop final : public Controllable {
+ public:
+  explicit TrainerLoop(Trainer& t) : t_(t) {}
+  RunState state() const override { return t_.state(); }
+  void set_state(RunState state) override { t_.state_ = state; }
+  io::Progress progress() const override { return t_.progress(); }
+  int64_t max_epochs() const override { return t_.max_epochs(); }
+  int64_t steps_per_epoch() const override { return t_.steps_per_epoch(); }
+  double elapsed() const override { return t_.elapsed(); }
+  const std::map<std::string, double>& logs() const override { return t_.logs(); }
+  void request_stop() override { t_.request_stop(); }
+  bool stop_requested() const override { return t_.stop_requested(); }
+  void pause_clock_begin() override { t_.pause_clock_begin(); }
+  void pause_clock_end() override { t_.pause_clock_end(); }
+  // The first callback whose hook returns true did it; the rest are not asked.
+  bool save_now() override {
+    for (const auto& callback : t_.callbacks())
+      if (callback->save_now(t_)) return true;
+    return false;
+  }
+  bool evaluate_now() override {
+    for (const auto& callback : t_.callbacks())
+      if (callback->evaluate_now(t_)) return true;
+    return false;
+  }
+  std::string set_option(const std::string& name, double value) override {
+    return set_optimizer_option(t_.task().optimizer(), name, value, &t_.logs());
+  }
+
+ private:
+  Trainer& t_;
+};
 
 void Control::begin(Trainer& trainer) {
-  std::lock_guard lock(mu_);
-  ended_ = false;  // a Trainer may fit() again; what came between was rejected
-  paused_ = false;
-  // Fixed for the whole fit: the loader and max_epochs do not change.
-  snapshot_.max_epochs = trainer.max_epochs();
-  snapshot_.steps_per_epoch = trainer.steps_per_epoch();
-  publish(trainer);
+  TrainerLoop loop(trainer);
+  begin(static_cast<Controllable&>(loop));
 }
 
 void Control::poll(Trainer& trainer) {
+  TrainerLoop loop(trainer);
+  poll(static_cast<Controllable&>(loop));
+}
+
+void Control::end(Trainer& trainer, RunState final_state) {
+  TrainerLoop loop(trainer);
+  end(static_cast<Controllable&>(loop), final_state);
+}
+
+std::string set_optimizer_option(optim::Optimizer& opt, const std::string& name, double value,
+                                 std::map<std::string, double>* logs, const std::string& prefix) {
+  const std::string option = name.starts_with(prefix) ? name.substr(prefix.size()) : std::string();
+  if (option.empty() || !opt.has_option(option)) {
+    std::vector<std::string> names = opt.option_names();
+    for (std::string& n : names) n = prefix + n;
+    KILN_FAIL("set", "{} has no option '{}' (options: {})", opt.name(), name, fmt::join(names, ", "));
+  }
+  const double old = opt.get(option);
+  if (option == "lr") {
+    // As a scheduler sets it: each group gets value * its lr_scale.
+    opt.apply_lr(value);
+    if (logs) (*logs)[name] = value;
+  } else {
+    opt.set(option, value);  // validated; on error nothing changes
+  }
+  return fmt::format("{} {} -> {}", name, old, opt.get(option));
+}
+
+// ---- the training thread ----
+
+void Control::begin(Controllable& loop) {
+  std::lock_guard lock(mu_);
+  ended_ = false;  // a loop may run again; what came between was rejected
+  paused_ = false;
+  // Fixed for the whole run: the loader and max_epochs do not change.
+  snapshot_.max_epochs = loop.max_epochs();
+  snapshot_.steps_per_epoch = loop.steps_per_epoch();
+  publish(loop);
+}
+
+void Control::poll(Controllable& loop) {
   std::unique_lock lock(mu_);
-  publish(trainer);
+  publish(loop);
   if (queue_.empty()) return;  // the every-step case
 
   // The training clock stands still while paused: a pause is not training time.
   struct PausedClock {
-    Trainer& trainer;
+    Controllable& loop;
     bool on = false;
     void set(bool paused) {
       if (paused == on) return;
-      paused ? trainer.pause_clock_begin() : trainer.pause_clock_end();
+      paused ? loop.pause_clock_begin() : loop.pause_clock_end();
       on = paused;
     }
     ~PausedClock() { set(false); }
-  } clock{trainer};
+  } clock{loop};
   for (;;) {
     while (!queue_.empty()) {
       auto [id, command] = std::move(queue_.front());
@@ -144,10 +215,10 @@ void Control::poll(Trainer& trainer) {
       // Callbacks (save_now, evaluate_now) may take seconds: observers keep
       // reading the last snapshot and submitting meanwhile.
       lock.unlock();
-      CommandResult result = apply(trainer, id, command);
+      CommandResult result = apply(loop, id, command);
       clock.set(paused_);
       lock.lock();
-      publish(trainer);  // before the answer, so a woken waiter sees its effect
+      publish(loop);  // before the answer, so a woken waiter sees its effect
       answer(std::move(result));
     }
     if (!paused_) return;
@@ -155,19 +226,19 @@ void Control::poll(Trainer& trainer) {
   }
 }
 
-void Control::end(Trainer& trainer, RunState final_state) {
+void Control::end(Controllable& loop, RunState final_state) {
   KILN_CHECK(final_state == RunState::completed || final_state == RunState::failed, "Control.end",
              "final_state must be completed or failed, got {}", to_string(final_state));
   paused_ = false;
-  trainer.state_ = final_state;
+  loop.set_state(final_state);
   std::lock_guard lock(mu_);
   ended_ = true;
-  publish(trainer);
+  publish(loop);
   while (!queue_.empty()) {
     auto& [id, command] = queue_.front();
     CommandResult r{.id = id, .command = std::move(command), .applied = false, .message = {}, .global_step = 0};
     r.message = fmt::format("training has ended ({})", to_string(final_state));
-    r.global_step = trainer.progress().global_step;
+    r.global_step = loop.progress().global_step;
     queue_.pop_front();
     answer(std::move(r));
   }
@@ -175,18 +246,21 @@ void Control::end(Trainer& trainer, RunState final_state) {
 
 // ---- private ----
 
-CommandResult Control::apply(Trainer& trainer, uint64_t id, const Command& command) {
+CommandResult Control::apply(Controllable& loop, uint64_t id, const Command& command) {
   CommandResult r{.id = id, .command = command, .applied = false, .message = {}, .global_step = 0};
   auto done = [&](bool applied, std::string message) {
     r.applied = applied;
     r.message = std::move(message);
   };
-  // The first callback whose hook returns true did it; an exception rejects
-  // the command and training goes on. Its time is not training time.
-  auto run_hook = [&](auto hook, const char* none, const char* did) {
-    Trainer::ClockPause clock(trainer);
-    for (const auto& callback : trainer.callbacks())
-      if (hook(*callback)) return done(true, did);
+  // A hook (checkpoint, evaluate) that throws rejects the command and
+  // training goes on. Its time is not training time.
+  auto run_hook = [&](bool (Controllable::*hook)(), const char* none, const char* did) {
+    loop.pause_clock_begin();
+    struct Restart {
+      Controllable& loop;
+      ~Restart() { loop.pause_clock_end(); }
+    } restart{loop};
+    if ((loop.*hook)()) return done(true, did);
     done(false, none);
   };
   try {
@@ -196,12 +270,12 @@ CommandResult Control::apply(Trainer& trainer, uint64_t id, const Command& comma
           done(false, "already paused");
           break;
         }
-        if (trainer.stop_requested()) {
+        if (loop.stop_requested()) {
           done(false, "training is stopping");
           break;
         }
         paused_ = true;
-        trainer.state_ = RunState::paused;
+        loop.set_state(RunState::paused);
         done(true, "paused");
         break;
       case Command::Kind::resume:
@@ -210,56 +284,46 @@ CommandResult Control::apply(Trainer& trainer, uint64_t id, const Command& comma
           break;
         }
         paused_ = false;
-        trainer.state_ = RunState::running;
+        loop.set_state(RunState::running);
         done(true, "resumed");
         break;
       case Command::Kind::stop:
-        if (trainer.stop_requested()) {
+        if (loop.stop_requested()) {
           done(false, "already stopping");
           break;
         }
-        trainer.request_stop();
+        loop.request_stop();
         paused_ = false;
-        trainer.state_ = RunState::stopping;
+        loop.set_state(RunState::stopping);
         done(true, "stopping");
         break;
       case Command::Kind::checkpoint:
-        run_hook([&](Callback& c) { return c.save_now(trainer); }, "no checkpoint callback", "saved");
+        run_hook(&Controllable::save_now, "no checkpoint callback", "saved");
         break;
       case Command::Kind::evaluate: {
-        run_hook([&](Callback& c) { return c.evaluate_now(trainer); }, "no validation callback", "evaluated");
+        run_hook(&Controllable::evaluate_now, "no validation callback", "evaluated");
         if (r.applied) {
-          std::string logs = validation_logs(trainer.logs());
+          std::string logs = validation_logs(loop.logs());
           if (!logs.empty()) r.message += " (" + logs + ")";
         }
         break;
       }
-      case Command::Kind::set: {
-        optim::Optimizer& opt = trainer.task().optimizer();
-        if (!opt.has_option(command.name)) {
-          done(false, fmt::format("{} has no option '{}' (options: {})", opt.name(), command.name,
-                                  fmt::join(opt.option_names(), ", ")));
-          break;
-        }
-        double old = opt.get(command.name);
-        if (command.name == "lr") {
-          // As a scheduler sets it: each group gets value * its lr_scale.
-          opt.apply_lr(command.value);
-          trainer.logs()["lr"] = command.value;
-        } else {
-          opt.set(command.name, command.value);  // validated; on error nothing changes
-        }
-        done(true, fmt::format("{} {} -> {}", command.name, old, opt.get(command.name)));
+      case Command::Kind::set:
+        done(true, loop.set_option(command.name, command.value));
         break;
-      }
       default: done(false, fmt::format("unknown command kind {}", int(command.kind)));
     }
+  } catch (const Error& e) {
+    // "[set] SGD has no option ..." reads as the answer without the op's prefix.
+    std::string what = e.what();
+    if (what.starts_with("[set] ")) what.erase(0, 6);
+    done(false, what);
   } catch (const std::exception& e) {
     done(false, e.what());
   } catch (...) {
     done(false, "unknown exception");
   }
-  r.global_step = trainer.progress().global_step;
+  r.global_step = loop.progress().global_step;
   return r;
 }
 
@@ -270,12 +334,12 @@ void Control::answer(CommandResult result) {
   cv_.notify_all();
 }
 
-void Control::publish(const Trainer& trainer) {
+void Control::publish(const Controllable& loop) {
   Snapshot& s = snapshot_;
-  s.state = trainer.state();
-  s.progress = trainer.progress();
-  s.elapsed = trainer.elapsed();
-  copy_logs(trainer.logs(), s.logs);
+  s.state = loop.state();
+  s.progress = loop.progress();
+  s.elapsed = loop.elapsed();
+  copy_logs(loop.logs(), s.logs);
 }
 
 }  // namespace kiln::train

@@ -158,7 +158,7 @@ TEST(HardenedJobs, PpoResumeRefusesAChangedSeedUnlessOverridden) {
   PPOJobOptions o{.total_steps = 512, .envs = 2, .out = dir, .eval_episodes = 1, .max_iterations = 4, .log = &log};
   run_ppo(o);
   EXPECT_KILN_ERROR(run_ppo(o), "holds a previous run");
-  o.resume = true;
+  o.resume = "latest";
   o.max_iterations = 0;
   o.seed = 3;
   EXPECT_KILN_ERROR(run_ppo(o), "the checkpoint was trained with seed 1, this run asks for 3 (--seed)");

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "apps/kiln/rl.h"
@@ -55,7 +56,10 @@ TEST(RlPpoJob, CartPoleSmoke) {
   ASSERT_EQ(rows.size(), 1u + 32u);
   EXPECT_EQ(rows[0].substr(0, 22), "iteration,global_step,");
   EXPECT_EQ(rows[1].substr(0, 7), "1,128,0");
-  EXPECT_EQ(io::read_checkpoint_info(r.checkpoint).config.find(R"("env":"CartPole-v1")") != std::string::npos, true);
+  const nlohmann::json config = nlohmann::json::parse(io::read_checkpoint_info(r.checkpoint).config);
+  EXPECT_EQ(config["job"], "ppo");
+  EXPECT_EQ(config["env"], "CartPole-v1");
+  EXPECT_EQ(config["seed"], 3);
   EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/step-2048.safetensors"));
   std::string text = log.str();
   EXPECT_NE(text.find("ppo CartPole-v1: 9155 parameters · 4 envs x 32 steps · 32 iterations of 128 steps · seed 3"),
@@ -81,7 +85,7 @@ void expect_exact_resume(const PPOJobOptions& base, int64_t stop_at) {
   PPOJobResult first = run_ppo(o);
   EXPECT_EQ(first.iterations, stop_at);
   o.max_iterations = 0;
-  o.resume = true;
+  o.resume = "latest";
   PPOJobResult resumed = run_ppo(o);
   EXPECT_EQ(resumed.iterations, straight.iterations);
   EXPECT_EQ(resumed.global_step, straight.global_step);
@@ -122,19 +126,19 @@ TEST(RlPpoJob, Errors) {
   EXPECT_KILN_ERROR(run_ppo({.out = dir, .eval_episodes = 0, .log = &log}), "--eval-episodes must be positive, got 0");
   EXPECT_KILN_ERROR(run_ppo({.total_steps = 100, .out = dir, .log = &log}),
                     "total_timesteps 100 is less than one rollout of 256 steps");
-  EXPECT_KILN_ERROR(run_ppo({.out = dir, .resume = true, .log = &log}), "--resume: no checkpoint in");
+  EXPECT_KILN_ERROR(run_ppo({.out = dir, .resume = "latest", .log = &log}), "--resume latest: no checkpoint in");
 
   // A checkpoint of 2 environments does not resume with 4, nor as Pendulum.
   run_ppo({.total_steps = 512, .envs = 2, .out = dir, .eval_episodes = 1, .log = &log});
   // The config names the changed flag first; accepted with --override, the
   // rollout state still cannot take 4 environments.
-  EXPECT_KILN_ERROR(run_ppo({.total_steps = 1024, .envs = 4, .out = dir, .resume = true, .log = &log}),
+  EXPECT_KILN_ERROR(run_ppo({.total_steps = 1024, .envs = 4, .out = dir, .resume = "latest", .log = &log}),
                     "the checkpoint was trained with envs 2, this run asks for 4 (--envs)");
-  EXPECT_KILN_ERROR(run_ppo({.total_steps = 1024, .envs = 4, .out = dir, .resume = true,
+  EXPECT_KILN_ERROR(run_ppo({.total_steps = 1024, .envs = 4, .out = dir, .resume = "latest",
                              .overrides = {"envs", "total-steps"}, .log = &log}),
                     "the state is of 2 environments x 32 steps, this PPO runs 4 x 32");
   EXPECT_KILN_ERROR(
-      run_ppo({.env = "pendulum", .total_steps = 1024, .envs = 2, .out = dir, .resume = true, .log = &log}),
+      run_ppo({.env = "pendulum", .total_steps = 1024, .envs = 2, .out = dir, .resume = "latest", .log = &log}),
                     "is a run of CartPole-v1, not Pendulum-v1");
   std::filesystem::remove_all(dir);
 }

@@ -204,3 +204,48 @@ TEST(RlDqn, BadOptionsAndInputsAreErrors) {
 
 }  // namespace
 }  // namespace kiln::rl
+
+namespace kiln::rl {
+namespace {
+
+// Caller-owned networks (as PPO takes its ActorCritic): the DQN trains the
+// caller's objects; built as DQN(env, options) builds its own, they give the
+// same run bit for bit; other widths train; misuse is a named error.
+TEST(RlDqn, TrainsCallerOwnedNetworks) {
+  const DQNOptions o = bandit_options(5);
+  BanditEnv env(4);
+  DQN own(env, o);
+  own.learn();
+
+  BanditEnv env2(4);
+  Rngs rngs{{"params", 5}};
+  QNetwork q(env2.spec(), nn::Init(rngs), o.hidden), target(env2.spec(), nn::Init(rngs), o.hidden);
+  DQN dqn(env2, q, target, o);
+  EXPECT_EQ(&dqn.q_network(), &q);
+  EXPECT_EQ(&dqn.target_network(), &target);
+  dqn.learn();
+  EXPECT_EQ(dqn.updates(), own.updates());
+  for (auto [mine, theirs] : {std::pair<nn::Module*, nn::Module*>{&q, &own.q_network()},
+                              {&target, &own.target_network()}}) {
+    nn::StateDict a = mine->state_dict(), b = theirs->state_dict();
+    for (const auto& [k, v] : a) EXPECT_TRUE(testing::equal(v, b.at(k))) << k;
+  }
+
+  // Two hidden layers of 8 instead of one of 16: trained, and the target a copy.
+  BanditEnv env3(4);
+  Rngs other{{"params", 1}};
+  QNetwork deep(env3.spec(), nn::Init(other), {8, 8}), deep_target(env3.spec(), nn::Init(other), {8, 8});
+  const Tensor before = deep.state_dict().at("network.0.weight").clone();
+  DQN d3(env3, deep, deep_target, o);
+  EXPECT_TRUE(testing::equal(deep_target.state_dict().at("network.4.weight"), deep.state_dict().at("network.4.weight")));
+  d3.learn();
+  EXPECT_FALSE(testing::equal(deep.state_dict().at("network.0.weight"), before));
+
+  EXPECT_KILN_ERROR(DQN(env3, deep, deep, o), "[DQN] q_network and target_network must be two networks, got one twice");
+  EXPECT_THROW(DQN(env3, deep, target, o), Error);  // {8, 8} into {16}: load_state_dict names the key
+  BanditEnv two_arms(4, 2, 1);
+  EXPECT_KILN_ERROR(DQN(two_arms, q, target, o), "[DQN] q_network has 3 actions, Bandit has 2");
+}
+
+}  // namespace
+}  // namespace kiln::rl

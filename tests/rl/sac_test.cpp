@@ -171,3 +171,50 @@ TEST(RlSac, BadOptionsAndInputsAreErrors) {
 
 }  // namespace
 }  // namespace kiln::rl
+
+namespace kiln::rl {
+namespace {
+
+// Caller-owned networks: built as SAC(env, options) builds its own, the same
+// run bit for bit; other widths train; misuse is a named error.
+TEST(RlSac, TrainsCallerOwnedNetworks) {
+  SACOptions o = bandit_options(5);
+  o.total_timesteps = 4 * 80;
+  o.learning_starts = 64;
+  ContinuousBanditEnv env(4, 1.0);
+  SAC own(env, o);
+  own.learn();
+
+  ContinuousBanditEnv env2(4, 1.0);
+  Rngs rngs{{"params", 5}};
+  nn::Init init(rngs);
+  SACActor actor(env2.spec(), init, o.hidden);
+  TwinQ critics(env2.spec(), init, o.hidden), targets(env2.spec(), init, o.hidden);
+  SAC sac(env2, actor, critics, targets, o);
+  EXPECT_EQ(&sac.actor(), &actor);
+  EXPECT_EQ(&sac.critics(), &critics);
+  EXPECT_EQ(&sac.target_critics(), &targets);
+  sac.learn();
+  for (auto [mine, theirs] : {std::pair<nn::Module*, nn::Module*>{&actor, &own.actor()},
+                              {&critics, &own.critics()}, {&targets, &own.target_critics()}}) {
+    nn::StateDict a = mine->state_dict(), b = theirs->state_dict();
+    for (const auto& [k, v] : a) EXPECT_TRUE(testing::equal(v, b.at(k))) << k;
+  }
+
+  // Width 8: trained.
+  ContinuousBanditEnv env3(4, 1.0);
+  Rngs other{{"params", 1}};
+  SACActor small(env3.spec(), nn::Init(other), 8);
+  TwinQ small_q(env3.spec(), nn::Init(other), 8), small_targets(env3.spec(), nn::Init(other), 8);
+  const Tensor before = small.state_dict().at("fc1.weight").clone();
+  SAC s3(env3, small, small_q, small_targets, o);
+  s3.learn();
+  EXPECT_FALSE(testing::equal(small.state_dict().at("fc1.weight"), before));
+
+  EXPECT_KILN_ERROR(SAC(env3, small, small_q, small_q, o),
+                    "[SAC] critics and target_critics must be two modules, got one twice");
+  EXPECT_THROW(SAC(env3, small, small_q, targets, o), Error);  // width 32 into 8: load_state_dict names the key
+}
+
+}  // namespace
+}  // namespace kiln::rl

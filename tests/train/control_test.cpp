@@ -422,5 +422,66 @@ TEST(Control, EmptyPollCost) {
   EXPECT_TRUE(trainer.control()->results().empty());
 }
 
+// A loop of its own (no Trainer), as the RL jobs have: Control applies each
+// command through the Controllable it implements, at the loop's safe points.
+class CountingLoop final : public Controllable {
+ public:
+  explicit CountingLoop(optim::Optimizer& opt) : opt_(opt) {}
+  RunState state() const override { return state_; }
+  void set_state(RunState s) override { state_ = s; }
+  io::Progress progress() const override { return {.epoch = 0, .global_step = step, .step_in_epoch = step}; }
+  double elapsed() const override { return 0; }
+  const std::map<std::string, double>& logs() const override { return logs_; }
+  void request_stop() override { stop = true; }
+  bool stop_requested() const override { return stop; }
+  void pause_clock_begin() override { ++clock_pauses; }
+  void pause_clock_end() override {}
+  bool save_now() override { return ++saves, true; }
+  bool evaluate_now() override {
+    logs_["val/return"] = 42;
+    return true;
+  }
+  std::string set_option(const std::string& name, double value) override {
+    return set_optimizer_option(opt_, name, value, &logs_);
+  }
+
+  int64_t step = 0;
+  bool stop = false;
+  int saves = 0, clock_pauses = 0;
+
+ private:
+  optim::Optimizer& opt_;
+  RunState state_ = RunState::running;
+  std::map<std::string, double> logs_;
+};
+
+TEST(Control, DrivesALoopWithoutATrainer) {
+  Rig rig;
+  CountingLoop loop(rig.opt);
+  Control control;
+  control.begin(loop);
+  for (Command c : {Command::checkpoint(), Command::evaluate(), Command::set("lr", 0.5), Command::set("nope", 1),
+                    Command::pause(), Command::stop(), Command::pause()})
+    control.submit(c);
+  loop.step = 3;
+  control.poll(loop);  // applies all seven: the stop ends the pause
+  EXPECT_EQ(lines(control.results()),
+            (std::vector<std::string>{
+                "1 checkpoint -> applied: saved @3", "2 evaluate -> applied: evaluated (val/return: 42) @3",
+                "3 set lr=0.5 -> applied: lr 0.1 -> 0.5 @3",
+                "4 set nope=1 -> rejected: SGD has no option 'nope' (options: lr, momentum, dampening, weight_decay, "
+                "nesterov, maximize, lr_scale) @3",
+                "5 pause -> applied: paused @3", "6 stop -> applied: stopping @3",
+                "7 pause -> rejected: training is stopping @3"}));
+  EXPECT_EQ(loop.saves, 1);
+  EXPECT_TRUE(loop.stop);
+  EXPECT_EQ(rig.opt.get("lr"), 0.5);
+  EXPECT_EQ(control.snapshot().logs.at("lr"), 0.5);
+  EXPECT_EQ(control.snapshot().state, RunState::stopping);
+  EXPECT_GE(loop.clock_pauses, 2);  // around the checkpoint and the evaluation
+  control.end(loop, RunState::completed);
+  EXPECT_EQ(control.state(), RunState::completed);
+}
+
 }  // namespace
 }  // namespace kiln::train

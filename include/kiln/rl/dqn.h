@@ -14,6 +14,11 @@
 //   rl::DQN dqn(*env, {.total_timesteps = 200'000, .seed = 1});
 //   dqn.learn([&](const rl::DQNStats& s) { fmt::print("{} {}\n", s.global_step, s.td_loss); return true; });
 //   rl::evaluate_policy(dqn.greedy_policy(), *eval_env, {.episodes = 10});
+//
+// Caller-owned networks, as PPO takes its ActorCritic (any widths, any init):
+//   Rngs rngs{{"params", 7}};
+//   rl::QNetwork q(env->spec(), nn::Init(rngs), {64, 64}), target(env->spec(), nn::Init(rngs), {64, 64});
+//   rl::DQN dqn(*env, q, target, {.total_timesteps = 50'000});   // target starts as a copy of q
 #pragma once
 
 #include <cstdint>
@@ -114,6 +119,11 @@ class DQN : public io::Stateful {
   /// and the replay buffer, and resets env with the seed. env must outlive
   /// the DQN and have Box([O]) observations and Discrete(n) actions.
   DQN(VectorEnv& env, const DQNOptions& options = {});
+  /// The same over caller-owned networks (options.hidden unused): q learns,
+  /// target starts as its copy (load_state_dict: the same architecture, or a
+  /// kiln::Error naming the key). Both must outlive the DQN and be distinct
+  /// objects, and q's actions must be the environment's.
+  DQN(VectorEnv& env, QNetwork& q_network, QNetwork& target_network, const DQNOptions& options = {});
   ~DQN() override;
 
   /// One vector step: epsilon-greedy actions, the environment step, the
@@ -136,6 +146,10 @@ class DQN : public io::Stateful {
   Tensor act(const Tensor& obs);
   /// act() as a policy for evaluate_policy; valid while the DQN lives.
   Policy greedy_policy();
+  /// Drops the episodes in progress and resets the environment with the seed
+  /// a resume from this step uses (load_state): a job that calls it whenever
+  /// it saves makes its resumed runs equal uninterrupted ones.
+  void restart_episodes();
 
   bool done() const { return step_ >= num_steps_; }
   int64_t steps() const { return step_; }
@@ -158,6 +172,7 @@ class DQN : public io::Stateful {
   void load_state(const io::State& state) override;
 
  private:
+  void setup(QNetwork& q, QNetwork& target);  // what both constructors share, once the networks exist
   void reset_env(uint64_t seed);
   DQNStats take_window();
 
@@ -165,7 +180,9 @@ class DQN : public io::Stateful {
   DQNOptions options_;
   int64_t num_steps_ = 0;
   int64_t step_ = 0, updates_ = 0;
-  std::unique_ptr<QNetwork> q_, target_;
+  std::unique_ptr<QNetwork> own_q_, own_target_;  // the networks DQN(env, options) builds
+  QNetwork* q_ = nullptr;                         // own_q_ or the caller's
+  QNetwork* target_ = nullptr;
   std::unique_ptr<optim::Adam> optimizer_;
   ReplayBuffer buffer_;
   Generator explore_gen_, sample_gen_;

@@ -14,6 +14,12 @@
 //   rl::SAC sac(*env, {.total_timesteps = 30'000, .seed = 1});
 //   sac.learn([](const rl::SACStats& s) { fmt::print("{} {}\n", s.global_step, s.mean_return); return true; });
 //   rl::evaluate_policy(sac.deterministic_policy(), *eval_env, {.episodes = 10});
+//
+// Caller-owned networks, as PPO takes its ActorCritic:
+//   Rngs rngs{{"params", 7}};
+//   rl::SACActor actor(spec, nn::Init(rngs), 64);
+//   rl::TwinQ critics(spec, nn::Init(rngs), 64), targets(spec, nn::Init(rngs), 64);
+//   rl::SAC sac(*env, actor, critics, targets, {.total_timesteps = 20'000});   // targets start as copies
 #pragma once
 
 #include <cstdint>
@@ -127,6 +133,11 @@ class SAC : public io::Stateful {
   /// and resets env with the seed. env must outlive the SAC and have Box([O])
   /// observations and bounded Box([A]) actions.
   SAC(VectorEnv& env, const SACOptions& options = {});
+  /// The same over caller-owned networks (options.hidden unused):
+  /// target_critics start as a copy of critics (the same architecture, or a
+  /// kiln::Error naming the key). All must outlive the SAC, the critics and
+  /// targets be distinct objects, and the actor's action size the environment's.
+  SAC(VectorEnv& env, SACActor& actor, TwinQ& critics, TwinQ& target_critics, const SACOptions& options = {});
   ~SAC() override;
 
   /// One vector step: uniform random actions before learning_starts, then
@@ -150,6 +161,9 @@ class SAC : public io::Stateful {
   /// Actions [B, A] of observations [B, O]: the squashed mean (no grad).
   Tensor act(const Tensor& obs);
   Policy deterministic_policy();
+  /// As DQN::restart_episodes: fresh episodes from the seed a resume from
+  /// this step uses.
+  void restart_episodes();
 
   bool done() const { return step_ >= num_steps_; }
   int64_t steps() const { return step_; }
@@ -172,6 +186,7 @@ class SAC : public io::Stateful {
   void load_state(const io::State& state) override;
 
  private:
+  void setup(SACActor& actor, TwinQ& critics, TwinQ& targets);  // what both constructors share
   void reset_env(uint64_t seed);
   // a~ = squash(mean + std * noise) and log pi(a~) [B], differentiable.
   std::pair<Tensor, Tensor> sample_action(const Tensor& obs, const Tensor& noise, const char* what);
@@ -181,8 +196,11 @@ class SAC : public io::Stateful {
   SACOptions options_;
   int64_t num_steps_ = 0;
   int64_t step_ = 0, updates_ = 0;
-  std::unique_ptr<SACActor> actor_;
-  std::unique_ptr<TwinQ> critics_, targets_;
+  std::unique_ptr<SACActor> own_actor_;             // the networks SAC(env, options) builds
+  std::unique_ptr<TwinQ> own_critics_, own_targets_;
+  SACActor* actor_ = nullptr;                       // own_actor_ or the caller's, likewise below
+  TwinQ* critics_ = nullptr;
+  TwinQ* targets_ = nullptr;
   std::unique_ptr<optim::Adam> actor_opt_, q_opt_;
   ReplayBuffer buffer_;
   Generator action_gen_, sample_gen_, noise_gen_;

@@ -13,6 +13,9 @@
 //   });
 //   trainer.fit(task, loader);
 //
+// A loop that is not a Trainer (the RL jobs' loops) implements Controllable
+// and calls begin/poll/end with itself at its own safe points.
+//
 // States: idle (before fit), running, paused, stopping (a stop was requested),
 // completed, failed. Every answer also goes into a bounded ring of results
 // that observers read with results(after_id). Commands are answered in the
@@ -31,6 +34,10 @@
 
 #include "kiln/io/checkpoint.h"
 #include "kiln/train/trainer.h"
+
+namespace kiln::optim {
+class Optimizer;
+}
 
 namespace kiln::train {
 
@@ -68,6 +75,45 @@ struct Snapshot {
   std::map<std::string, double> logs;
 };
 
+/// What a training loop shows Control at its safe points (Trainer is one,
+/// through Control::begin/poll/end(Trainer&); a loop of its own implements
+/// this). Called on the loop's thread only.
+class Controllable {
+ public:
+  virtual ~Controllable() = default;
+  virtual RunState state() const = 0;
+  /// Control moves the run between running, paused and stopping.
+  virtual void set_state(RunState state) = 0;
+  virtual io::Progress progress() const = 0;
+  virtual int64_t max_epochs() const { return 0; }      // 0: not an epoch loop
+  virtual int64_t steps_per_epoch() const { return 0; }
+  /// Training seconds, without the time spent in pause_clock_begin/end.
+  virtual double elapsed() const = 0;
+  virtual const std::map<std::string, double>& logs() const = 0;
+  /// Ends the loop at its next safe point.
+  virtual void request_stop() = 0;
+  virtual bool stop_requested() const = 0;
+  /// Stops and restarts the training clock (a pause, a checkpoint, an evaluation).
+  virtual void pause_clock_begin() = 0;
+  virtual void pause_clock_end() = 0;
+  /// checkpoint / evaluate: true when done, false when the loop cannot (the
+  /// command is rejected); an exception rejects it with its text. After an
+  /// evaluation the "val/" logs hold its figures.
+  virtual bool save_now() = 0;
+  virtual bool evaluate_now() = 0;
+  /// set NAME=VALUE: applies it and returns what changed ("lr 0.001 ->
+  /// 0.0001"); a kiln::Error (unknown name, bad value) rejects it, changing nothing.
+  virtual std::string set_option(const std::string& name, double value) = 0;
+};
+
+/// set NAME=VALUE on an optimizer, as Control applies it to a Trainer's:
+/// "lr" as a scheduler sets it (each group gets value x its lr_scale, and
+/// logs["lr"] follows), any other option through Optimizer::set (validated;
+/// on error nothing changes). `prefix` names the optimizer in a loop with
+/// several ("q_" + "lr" for SAC's critics): NAME must start with it.
+std::string set_optimizer_option(optim::Optimizer& optimizer, const std::string& name, double value,
+                                 std::map<std::string, double>* logs = nullptr, const std::string& prefix = "");
+
 class Control {
  public:
   explicit Control(size_t result_capacity = 256);
@@ -88,20 +134,25 @@ class Control {
   /// The answers with id > after_id still in the ring, oldest first.
   std::vector<CommandResult> results(uint64_t after_id = 0) const;
 
-  // ---- the training thread (called by Trainer) ----
-  void begin(Trainer& trainer);
+  // ---- the training thread (called by Trainer, or by a Controllable loop) ----
+  void begin(Controllable& loop);
   /// Refreshes the snapshot and applies queued commands; while paused, blocks
   /// (with the training clock stopped) applying commands until resume or stop.
   /// With nothing queued it is a lock and a copy of a few numbers (no allocation
   /// once the logs' keys are steady).
-  void poll(Trainer& trainer);
+  void poll(Controllable& loop);
   /// Marks the run completed or failed, and rejects what is still queued.
+  void end(Controllable& loop, RunState final_state);
+  /// The same for a Trainer (its callbacks' save_now / evaluate_now, its task's optimizer).
+  void begin(Trainer& trainer);
+  void poll(Trainer& trainer);
   void end(Trainer& trainer, RunState final_state);
 
  private:
-  CommandResult apply(Trainer& trainer, uint64_t id, const Command& command);  // unlocked: runs callbacks
-  void answer(CommandResult result);     // under mu_
-  void publish(const Trainer& trainer);  // under mu_
+  class TrainerLoop;  // Trainer as a Controllable (control.cpp)
+  CommandResult apply(Controllable& loop, uint64_t id, const Command& command);  // unlocked: runs callbacks
+  void answer(CommandResult result);          // under mu_
+  void publish(const Controllable& loop);     // under mu_
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;  // an answer arrived (wait())
