@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kiln/core/allocator.h"
+#include "kiln/core/backends.h"
 #include "kiln/core/cpu_info.h"
 #include "kiln/core/generator.h"
 #include "kiln/core/grad_mode.h"
@@ -12,6 +13,7 @@
 #include "kiln/ops/attention.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
+#include "kiln/ops/device.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/dropout.h"
 #include "kiln/ops/index.h"

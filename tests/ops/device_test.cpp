@@ -10,7 +10,7 @@
 #include "src/backend/backend.h"
 #include "src/backend/gpu.h"
 #include "tests/support/ops_devices.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {

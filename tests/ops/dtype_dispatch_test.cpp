@@ -5,7 +5,7 @@
 #include <type_traits>
 
 #include "src/backend/cpu/dispatch.h"
-#include "tests/support/test_util.h"
+#include "tests/support/ops_testing.h"
 
 namespace kiln {
 namespace {
