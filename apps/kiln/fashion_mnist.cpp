@@ -77,14 +77,7 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   auto test_set = load_split(o, false);
   // Locked for the whole run; refuses a folder holding another run unless
   // resuming or overwriting it; finds the checkpoint to resume from.
-  JobRun run({.op = kOp,
-              .job = "fashion-mnist",
-              .out = o.out,
-              .resume = o.resume,
-              .overwrite = o.overwrite,
-              .overrides = o.overrides,
-              .threads = o.threads,
-              .log = o.log});
+  JobRun run(job_run_options(kOp, "fashion-mnist", o.out, o));
   std::ostream& log = run.log();
   const std::string csv = run.csv();
   const std::string ckpt_dir = run.checkpoint_dir();

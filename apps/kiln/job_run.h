@@ -21,6 +21,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "apps/kiln/run_folder.h"
@@ -40,6 +41,20 @@ struct JobRunOptions {
   int threads = 0;                     // the job's thread count; 0: as it is
   std::ostream* log = nullptr;         // nullptr: std::cout
 };
+
+/// The JobRunOptions of a job whose options carry the common flags under
+/// run_flags.h's names (resume, overwrite, overrides, threads, log).
+template <class JobOptions>
+JobRunOptions job_run_options(std::string op, std::string job, std::string out, const JobOptions& o) {
+  return {.op = std::move(op),
+          .job = std::move(job),
+          .out = std::move(out),
+          .resume = o.resume,
+          .overwrite = o.overwrite,
+          .overrides = o.overrides,
+          .threads = o.threads,
+          .log = o.log};
+}
 
 class JobRun {
  public:

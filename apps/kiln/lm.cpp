@@ -272,14 +272,7 @@ LmResult train_lm(const LmOptions& o) {
   const std::string text = read_text(o.data);
   // Locked for the whole run; refuses a folder holding another run unless
   // resuming or overwriting it; finds the checkpoint to resume from.
-  JobRun run({.op = kOp,
-              .job = "lm",
-              .out = o.out,
-              .resume = o.resume,
-              .overwrite = o.overwrite,
-              .overrides = o.overrides,
-              .threads = o.threads,
-              .log = o.log});
+  JobRun run(job_run_options(kOp, "lm", o.out, o));
   std::ostream& log = run.log();
   const std::string csv = run.csv();
   const std::string ckpt_dir = run.checkpoint_dir();

@@ -78,14 +78,7 @@ PPOJobResult run_ppo(const PPOJobOptions& o) {
 
   // Locked for the whole run; refuses a folder holding another run unless
   // resuming or overwriting it.
-  JobRun run({.op = kOp,
-              .job = "ppo",
-              .out = o.out.empty() ? "runs/ppo-" + p.name : o.out,
-              .resume = o.resume,
-              .overwrite = o.overwrite,
-              .overrides = o.overrides,
-              .threads = o.threads,
-              .log = o.log});
+  JobRun run(job_run_options(kOp, "ppo", o.out.empty() ? "runs/ppo-" + p.name : o.out, o));
   std::ostream& log = run.log();
   if (run.resuming()) {
     const std::string saved_env = run.saved_config().value("env", "");

@@ -124,14 +124,7 @@ OffPolicyJobResult run_offpolicy(const OffPolicyJobOptions& o) {
 
   // Locked for the whole run; a folder holding another run is refused unless
   // resuming it or --overwrite, which moves it aside until this run's first checkpoint.
-  JobRun run({.op = op,
-              .job = o.algo,
-              .out = o.out.empty() ? "runs/" + o.algo + "-" + rc.env_name : o.out,
-              .resume = o.resume,
-              .overwrite = o.overwrite,
-              .overrides = o.overrides,
-              .threads = o.threads,
-              .log = o.log});
+  JobRun run(job_run_options(op, o.algo, o.out.empty() ? "runs/" + o.algo + "-" + rc.env_name : o.out, o));
   std::ostream& log = run.log();
   const json hyper = {{"seed", o.seed}, {"total_steps", total}};
   const json overrides = run.check_hyper_parameters(run.saved_config(), hyper);
