@@ -62,6 +62,7 @@
 #include "kiln/optim/sgd.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/checkpoint_manager.h"
+#include "kiln/io/image.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/data/bpe_tokenizer.h"
 #include "kiln/data/dataloader.h"

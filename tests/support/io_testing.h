@@ -5,6 +5,7 @@
 
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/checkpoint_manager.h"
+#include "kiln/io/image.h"
 #include "kiln/io/read_file.h"
 #include "kiln/io/safetensors.h"
 #include "tests/support/optim_testing.h"
