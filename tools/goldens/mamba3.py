@@ -209,7 +209,63 @@ def scan_cases():
     return cases
 
 
+# nn::Mamba3's parameters as the tests set them: (name, shape(cfg), seed, scale, shift).
+def module_params(D, N, H, P, R):
+    Di = H * P
+    return [
+        ("in_proj.weight", (2 * Di + 2 * N + 3 * H + R, D), 40, 0.3, 0.0),
+        ("dt_bias", (H,), 41, 1.0, -3.0),
+        ("B_bias", (H, N), 42, 0.1, 1.0),
+        ("C_bias", (H, N), 43, 0.1, 1.0),
+        ("B_norm.weight", (N,), 44, 0.1, 1.0),
+        ("C_norm.weight", (N,), 45, 0.1, 1.0),
+        ("D", (H,), 46, 1.0, 0.0),
+        ("out_proj.weight", (D, Di), 47, 0.2, 0.0),
+    ]
+
+
+def rms_norm(x, w, eps=1e-5):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def mamba3_module(p, x, cfg, state=None):
+    """nn::Mamba3.forward: in_proj split [z, x, B, C, dt, A, trap, angles], A = -max(f(A), A_floor) with
+    f(v) = 1 + v (v >= 0), 1 / (1 - v) (v < 0), dt = softplus(dt + dt_bias), RMSNorm on B and C, the scan
+    (step form), out_proj."""
+    D, N, H, P, R = cfg
+    Di = H * P
+    B, T, _ = x.shape
+    zx = x @ p["in_proj.weight"].t()
+    sizes = [Di, Di, N, N, H, H, H, R]
+    z, xs, Bm, Cm, dd_dt, dd_A, trap, ang = torch.split(zx, sizes, dim=-1)
+    f = torch.where(dd_A >= 0, 1 + dd_A, 1 / (1 - dd_A))
+    A = -torch.clamp(f, min=1e-4)
+    dt = torch.nn.functional.softplus(dd_dt + p["dt_bias"])
+    adt = A * dt
+    Bn, Cn = rms_norm(Bm, p["B_norm.weight"]), rms_norm(Cm, p["C_norm.weight"])
+    q = Cn[:, :, None, :].expand(B, T, H, N)
+    k = Bn[:, :, None, :].expand(B, T, H, N)
+    angles = ang[:, :, None, :].expand(B, T, H, R)
+    y, st = step_ref(q, k, xs.reshape(B, T, H, P), adt, dt, trap, p["C_bias"], p["B_bias"], angles, p["D"],
+                     z.reshape(B, T, H, P), state)
+    return y.reshape(B, T, Di) @ p["out_proj.weight"].t(), st
+
+
+def module_case():
+    cfg = (16, 16, 4, 8, 4)   # d_model, d_state, heads, headdim (expand 2), rope angles
+    B, T = 2, 9
+    params = {n: det(shape, seed, scale, shift).requires_grad_() for n, shape, seed, scale, shift in
+              module_params(*cfg)}
+    x = det((B, T, cfg[0]), 48).requires_grad_()
+    y, st = mamba3_module(params, x, cfg)
+    (y * det(y.shape, 49)).sum().backward()
+    out = {"d_model": cfg[0], "d_state": cfg[1], "headdim": cfg[3], "B": B, "T": T, "y": _t(y),
+           "h": _t(st[1]), "x_grad": _t(x.grad), "grads": {n: _t(t.grad) for n, t in params.items()}}
+    return out
+
+
 def generate():
     torch.set_default_dtype(torch.float64)
     common.dump("mamba3_scan", {"cases": scan_cases()})
+    common.dump("mamba3_module", module_case())
     torch.set_default_dtype(torch.float32)
