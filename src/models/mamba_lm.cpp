@@ -1,13 +1,17 @@
 // MambaBackbone, MambaBlock and MambaLM (kiln/models/mamba_lm.h; docs/ssm.md).
 #include "kiln/models/mamba_lm.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "kiln/io/json_util.h"
 #include "kiln/nn/linear.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/loss.h"
+#include "kiln/ops/creation.h"
 #include "kiln/ops/shape.h"
+#include "kiln/core/grad_mode.h"
 
 namespace kiln::models {
 
@@ -215,6 +219,33 @@ std::pair<Tensor, MambaState> MambaLM::step(const Tensor& idx, const MambaState&
              idx.defined() ? to_string(idx.shape()) : "undefined");
   auto [logits, st] = forward(unsqueeze(idx, 1), state);
   return {select(logits, 1, 0), st};
+}
+
+std::vector<int64_t> generate(const MambaLM& model, const std::vector<int64_t>& prompt, const GenerateOptions& o,
+                              const TokenCallback& on_token) {
+  const int64_t V = model.config().vocab_size;
+  KILN_CHECK(!prompt.empty(), "generate", "the prompt must hold at least one token");
+  for (int64_t t : prompt)
+    KILN_CHECK(t >= 0 && t < V, "generate", "prompt token {} is outside [0, {})", t, V);
+  KILN_CHECK(o.max_new_tokens >= 0, "generate", "max_new_tokens must be non-negative, got {}", o.max_new_tokens);
+  const SamplingOptions so{.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p};
+  sampling_probs(zeros({V}), so);  // checks the options before any work
+  NoGradGuard no_grad;
+  Generator gen(o.seed);
+  auto [logits, state] = model.forward(tensor(prompt, {1, int64_t(prompt.size())}));
+  Tensor last = select(select(logits, 0, 0), 0, int64_t(prompt.size()) - 1);  // [V]
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < o.max_new_tokens; ++i) {
+    const int64_t tok = sample_token(last, so, gen);
+    out.push_back(tok);
+    if (on_token) on_token(tok);
+    if (std::find(o.stop.begin(), o.stop.end(), tok) != o.stop.end()) break;
+    if (i + 1 == o.max_new_tokens) break;
+    auto [next, st] = model.step(tensor(std::vector<int64_t>{tok}, {1}), state);
+    last = select(next, 0, 0);
+    state = std::move(st);
+  }
+  return out;
 }
 
 }  // namespace kiln::models

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/models/generate.h"
 #include "kiln/nn/containers.h"
 #include "kiln/nn/embedding.h"
 #include "kiln/nn/init.h"
@@ -127,5 +128,13 @@ class MambaLM : public nn::Module {
   nn::Shared<nn::ByteOutputHead> byte_head;  // vocab 256
   nn::Shared<nn::Linear> token_head;         // other vocabularies
 };
+
+/// Continues prompt (Tp >= 1 ids) by up to max_new_tokens tokens, as
+/// models::generate does for a CausalLM (same options, draws and callback),
+/// through the recurrent state: the prompt is one forward, then one step()
+/// per token, so each token costs the same and memory does not grow with
+/// the length (no context window).
+std::vector<int64_t> generate(const MambaLM& model, const std::vector<int64_t>& prompt,
+                              const GenerateOptions& options = {}, const TokenCallback& on_token = {});
 
 }  // namespace kiln::models
