@@ -190,7 +190,9 @@ TEST(Mamba3Scan, FastKernelsMatchReference) {
           {&gf.d_h0, &gr.d_h0},     {&gf.d_k0, &gr.d_k0},       {&gf.d_v0, &gr.d_v0}};
       int i = 0;
       for (auto [a, b] : pairs) {
-        if (a->defined()) EXPECT_TRUE(testing::all_close(*a, *b, 1e-10, 1e-10)) << "gradient " << i;
+        if (a->defined()) {
+          EXPECT_TRUE(testing::all_close(*a, *b, 1e-10, 1e-10)) << "gradient " << i;
+        }
         ++i;
       }
     }
@@ -234,7 +236,7 @@ TEST(Mamba3Scan, BitwiseSameOnOneAndTwoThreads) {
     return out;
   };
   const std::vector<Tensor> one = once(1), two = once(2);
-  set_num_threads(0);
+  use_default_threads();
   for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(testing::equal(one[i], two[i])) << i;
 }
 
@@ -338,9 +340,10 @@ TEST(Mamba3, UpstreamDefaultsAndParameters) {
   EXPECT_EQ(m.nheads, 2);
   EXPECT_EQ(m.num_rope_angles, 32);  // d_state * rope_fraction / 2
   EXPECT_EQ(m.in_proj->weight.shape(), (Shape{2 * 128 + 2 * 128 + 3 * 2 + 32, 64}));
+  // kiln's order: a module's own parameters, then its children's (the names are upstream's).
   EXPECT_EQ(testing::state_dict_keys(m),
-            (std::vector<std::string>{"in_proj.weight", "dt_bias", "B_bias", "C_bias", "B_norm.weight",
-                                      "C_norm.weight", "D", "out_proj.weight"}));
+            (std::vector<std::string>{"dt_bias", "B_bias", "C_bias", "D", "in_proj.weight", "B_norm.weight",
+                                      "C_norm.weight", "out_proj.weight"}));
   // No weight decay on dt_bias, D, the B/C biases and the norms' scales (M11).
   for (const auto& [name, p] : m.named_parameters())
     EXPECT_EQ(p.decay(), name == "in_proj.weight" || name == "out_proj.weight") << name;
