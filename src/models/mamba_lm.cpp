@@ -157,7 +157,12 @@ Tensor MambaBackbone::embed(const Tensor& input) const {
       KILN_CHECK(input.dim() == 2, kBackbone, "token ids {} must be [B, T] (i64)", to_string(input.shape()));
       return token_embed_->forward(input);
     case Mode::projection: {
-      Tensor x = project_(input);
+      Tensor x;
+      try {
+        x = project_(input);
+      } catch (const Error& e) {
+        KILN_FAIL(kBackbone, "input_proj on input {}: {}", to_string(input.shape()), e.what());
+      }
       KILN_CHECK(x.dim() == 3 && x.shape()[2] == config_.d_model, kBackbone,
                  "input_proj maps input {} to {}, expected [B, T, {}]", to_string(input.shape()),
                  to_string(x.shape()), config_.d_model);
