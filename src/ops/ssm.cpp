@@ -88,7 +88,8 @@ Tensor contig(const Tensor& t) { return t.defined() ? contiguous(t) : Tensor(); 
 
 // NOTE [Mamba-3 scan backward]: forward keeps every step's angle state
 // theta [B, T, H, R] and the state h before each chunk of `chunk` steps
-// [B, H, ceil(T / chunk), P, N]; backward recomputes one chunk's states at a
+// [B, H, ceil(T / chunk), P, N] and the pre-gate output o [B, T, H, P];
+// backward recomputes one chunk's states at a
 // time from its checkpoint and runs the adjoint of the recurrence through the
 // chunk, last step first (src/backend/cpu/ssm/isa/ssm.cpp). The floor in the
 // angle's wrap is piecewise constant, so the angle's gradient passes through
@@ -120,6 +121,7 @@ Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, 
   if (grad) {
     s.theta_all = Tensor::empty({B, T, H, R}, dty, kCPU);
     s.h_ckpt = Tensor::empty({B, H, (T + chunk - 1) / chunk, P, N}, dty, kCPU);
+    s.o_all = Tensor::empty({B, T, H, P}, dty, kCPU);
   }
   backend::cpu::mamba3_scan_forward(s);
   Mamba3ScanResult out{s.y, {s.angle_T, s.h_T, s.k_T, s.v_T}};
@@ -128,7 +130,7 @@ Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, 
                           initial.angle, initial.h, initial.k, initial.v};
     const Tensor outs[] = {s.y, s.angle_T, s.h_T, s.k_T, s.v_T};
     const Tensor saved[] = {s.q,  s.k, s.v,      s.adt,    s.dt,     s.trap,   s.q_bias, s.k_bias,
-                            s.angles, s.D, s.z, s.angle0, s.h0, s.k0, s.v0, s.theta_all, s.h_ckpt};
+                            s.angles, s.D, s.z, s.angle0, s.h0, s.k0, s.v0, s.theta_all, s.h_ckpt, s.o_all};
     record(kOp, std::span<const Tensor>(ins), std::span<const Tensor>(outs), std::span<const Tensor>(saved),
            [chunk](const VjpArgs& a) -> Grads {
              KILN_CHECK(!GradMode::is_enabled(), kOp, "has no second derivative (backward with create_graph)");
@@ -137,7 +139,7 @@ Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, 
              s.q = sv[0], s.k = sv[1], s.v = sv[2], s.adt = sv[3], s.dt = sv[4], s.trap = sv[5];
              s.q_bias = sv[6], s.k_bias = sv[7], s.angles = sv[8], s.D = sv[9], s.z = sv[10];
              s.angle0 = sv[11], s.h0 = sv[12], s.k0 = sv[13], s.v0 = sv[14];
-             s.theta_all = sv[15], s.h_ckpt = sv[16], s.chunk = chunk;
+             s.theta_all = sv[15], s.h_ckpt = sv[16], s.o_all = sv[17], s.chunk = chunk;
              backend::cpu::Mamba3ScanGrads g;
              g.dy = contiguous(a.grads[0]), g.d_angle_T = contiguous(a.grads[1]), g.d_h_T = contiguous(a.grads[2]);
              g.d_k_T = contiguous(a.grads[3]), g.d_v_T = contiguous(a.grads[4]);

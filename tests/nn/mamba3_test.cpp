@@ -159,6 +159,7 @@ TEST(Mamba3Scan, FastKernelsMatchReference) {
       outs(ref);
       fast.theta_all = zeros({B, T, H, R}, {.dtype = kF64});
       fast.h_ckpt = zeros({B, H, (T + 4) / 5, P, N}, {.dtype = kF64});
+      if (full) fast.o_all = zeros({B, T, H, P}, {.dtype = kF64});  // the plain case recomputes o
       backend::cpu::mamba3_scan_forward(fast);
       backend::cpu::ref::mamba3_scan_forward(ref);
       EXPECT_TRUE(testing::all_close(fast.y, ref.y, 1e-12, 1e-12));

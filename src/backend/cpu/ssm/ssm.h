@@ -30,6 +30,7 @@ struct Mamba3Scan {
   Tensor angle0, h0, k0, v0;                   // initial state (undefined: zeros)
   Tensor y, angle_T, h_T, k_T, v_T;            // outputs
   Tensor theta_all, h_ckpt;                    // saved for backward (optional)
+  Tensor o_all;  // [B, T, H, P]: h qr + D v before the gate, saved for backward (optional)
   int64_t chunk = 64;
 };
 
@@ -46,7 +47,8 @@ struct Mamba3ScanGrads {
 /// Sequential scan, parallel over B x H (each (b, h) on one thread, so results
 /// do not depend on the thread count), vectorised over N.
 void mamba3_scan_forward(const Mamba3Scan& s);
-/// Backward from forward's saved theta_all and h_ckpt: per chunk (last
+/// Backward from forward's saved theta_all and h_ckpt (and o_all when
+/// defined, else o is recomputed): per chunk (last
 /// first) it recomputes the chunk's states from the checkpoint, then runs
 /// the recurrence's adjoint backwards through it.
 void mamba3_scan_backward(const Mamba3Scan& s, const Mamba3ScanGrads& g);

@@ -15,6 +15,7 @@
 
 #include "kiln/core/parallel.h"
 #include "src/backend/cpu/dispatch.h"
+#include "src/backend/cpu/elementwise/elementwise_math.h"
 
 namespace kiln::backend::cpu::KILN_ISA_NS {
 
@@ -88,9 +89,9 @@ void forward_t(const Mamba3Scan& s) {
           *D = cp<T>(s.D), *z = cp<T>(s.z), *a0 = cp<T>(s.angle0), *h0 = cp<T>(s.h0), *k0 = cp<T>(s.k0),
           *v0 = cp<T>(s.v0);
   T *y = mp<T>(s.y), *aT = mp<T>(s.angle_T), *hT = mp<T>(s.h_T), *kT = mp<T>(s.k_T), *vT = mp<T>(s.v_T),
-    *th_all = mp<T>(s.theta_all), *ckpt = mp<T>(s.h_ckpt);
+    *th_all = mp<T>(s.theta_all), *ckpt = mp<T>(s.h_ckpt), *o_all = mp<T>(s.o_all);
   parallel_for(0, d.B * H, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<T> theta(R), cs(R), sn(R), kp(N), vp(P), qr(N), kr(N);
+    std::vector<T> theta(R), cs(R), sn(R), kp(N), vp(P), qr(N), kr(N), ob(P), th(R);
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / H, hh = bh % H;
       // The state lives in the output h_T, updated in place.
@@ -110,8 +111,12 @@ void forward_t(const Mamba3Scan& s) {
       for (int64_t t = 0; t < d.T; ++t) {
         const int64_t r = (b * d.T + t) * H + hh;  // row of [B, T, H]
         const T dtv = dt[r];
+        const T* ar = ang + r * R;
+        T* thp = th.data();
+#pragma omp simd
+        for (int64_t i = 0; i < R; ++i) thp[i] = math::tanh(ar[i]);  // vectorised (f32)
         for (int64_t i = 0; i < R; ++i) {
-          theta[i] = wrap<T>(theta[i] + T(kPi) * std::tanh(ang[r * R + i]) * dtv);
+          theta[i] = wrap<T>(theta[i] + T(kPi) * th[i] * dtv);
           cs[i] = std::cos(theta[i]);
           sn[i] = std::sin(theta[i]);
         }
@@ -132,13 +137,19 @@ void forward_t(const Mamba3Scan& s) {
             hr[n] = hn;
             acc += hn * qrp[n];
           }
-          T o = acc + Dh * vr[p];
-          if (z) {
-            const T zz = z[r * P + p];
-            o *= zz / (T(1) + std::exp(-zz));
-          }
-          y[r * P + p] = o;
+          ob[p] = acc + Dh * vr[p];
         }
+        // The gate in one straight loop over P (math::sigmoid vectorises for f32).
+        T* yr = y + r * P;
+        const T* obp = ob.data();
+        if (z) {
+          const T* zr = z + r * P;
+#pragma omp simd
+          for (int64_t p = 0; p < P; ++p) yr[p] = obp[p] * zr[p] * math::sigmoid(zr[p]);
+        } else {
+          std::copy_n(obp, P, yr);
+        }
+        if (o_all) std::copy_n(obp, P, o_all + r * P);
         std::copy_n(kr.data(), N, kp.data());
         std::copy_n(vr, P, vp.data());
       }
@@ -156,7 +167,7 @@ void backward_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
   const T *q = cp<T>(s.q), *k = cp<T>(s.k), *v = cp<T>(s.v), *adt = cp<T>(s.adt), *dt = cp<T>(s.dt),
           *trap = cp<T>(s.trap), *qb = cp<T>(s.q_bias), *kb = cp<T>(s.k_bias), *ang = cp<T>(s.angles),
           *D = cp<T>(s.D), *z = cp<T>(s.z), *k0 = cp<T>(s.k0), *v0 = cp<T>(s.v0), *th_all = cp<T>(s.theta_all),
-          *ckpt = cp<T>(s.h_ckpt);
+          *ckpt = cp<T>(s.h_ckpt), *o_all = cp<T>(s.o_all);
   const T *dy = cp<T>(gr.dy), *daT = cp<T>(gr.d_angle_T), *dhT = cp<T>(gr.d_h_T), *dkT = cp<T>(gr.d_k_T),
           *dvT = cp<T>(gr.d_v_T);
   T *dq = mp<T>(gr.dq), *dk = mp<T>(gr.dk), *dv = mp<T>(gr.dv), *dadt = mp<T>(gr.dadt), *ddt = mp<T>(gr.ddt),
@@ -166,7 +177,8 @@ void backward_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
   std::vector<T> part(static_cast<size_t>(d.B * H * (2 * N + 1)), T(0));
   parallel_for(0, d.B * H, 1, [&](int64_t lo, int64_t hi) {
     std::vector<T> hbuf((C + 1) * P * N), qbuf(C * N), kbuf((C + 1) * N), G(P * N), dkc(N), dvc(P), dthc(R),
-        cs(R), sn(R), vstart(P), o(P), dov(P), dqr(N), dkr(N), gtv(N), gtvp(N), dvc_new(P);
+        cs(R), sn(R), vstart(P), o(P), dov(P), dqr(N), dkr(N), gtv(N), gtvp(N), dvc_new(P), csb(C * R),
+        snb(C * R), sgz(P), thn(R);
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / H, hh = bh % H;
       T* pq = part.data() + bh * (2 * N + 1);
@@ -201,6 +213,8 @@ void backward_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
         for (int64_t j = 0; j < L; ++j) {
           const int64_t r = row(t0 + j);
           trig(r);
+          std::copy_n(cs.data(), R, csb.data() + j * R);  // kept for the adjoint's rotation
+          std::copy_n(sn.data(), R, snb.data() + j * R);
           rotate(q + r * N, qb + hh * N, cs.data(), sn.data(), N, R, qbuf.data() + j * N);
           rotate(k + r * N, kb + hh * N, cs.data(), sn.data(), N, R, kbuf.data() + (j + 1) * N);
           const Gates<T> g(adt[r], dt[r], trap[r]);
@@ -224,24 +238,37 @@ void backward_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
           const T* vpr = j == 0 ? vstart.data() : v + row(t - 1) * P;
           const T *kpp = kbuf.data() + j * N, *krp = kbuf.data() + (j + 1) * N, *qrp = qbuf.data() + j * N;
           const T *hp = hbuf.data() + j * P * N, *ht = hbuf.data() + (j + 1) * P * N;
-          // o = h_t qr + D v and the gate's gradients.
-          T dDs = 0;
-          for (int64_t p = 0; p < P; ++p) {
-            T acc = 0;
-            const T* hr = ht + p * N;
+          // o = h_t qr + D v (saved by forward, else recomputed) and the gate's gradients.
+          T* op = o.data();
+          if (o_all) {
+            std::copy_n(o_all + r * P, P, op);
+          } else {
+            for (int64_t p = 0; p < P; ++p) {
+              T acc = 0;
+              const T* hr = ht + p * N;
 #pragma omp simd reduction(+ : acc)
-            for (int64_t n = 0; n < N; ++n) acc += hr[n] * qrp[n];
-            const T op = acc + Dh * vr[p];
-            const T g_y = dy[r * P + p];
-            if (z) {
-              const T zz = z[r * P + p], sg = T(1) / (T(1) + std::exp(-zz));
-              dz[r * P + p] = g_y * op * sg * (T(1) + zz * (T(1) - sg));
-              dov[p] = g_y * zz * sg;
-            } else {
-              dov[p] = g_y;
+              for (int64_t n = 0; n < N; ++n) acc += hr[n] * qrp[n];
+              op[p] = acc + Dh * vr[p];
             }
-            dDs += dov[p] * vr[p];
           }
+          const T* gyr = dy + r * P;
+          T* dovp = dov.data();
+          if (z) {
+            const T* zr = z + r * P;
+            T* dzr = dz + r * P;
+            T* sgp = sgz.data();
+#pragma omp simd
+            for (int64_t p = 0; p < P; ++p) sgp[p] = math::sigmoid(zr[p]);
+#pragma omp simd
+            for (int64_t p = 0; p < P; ++p) {
+              dzr[p] = gyr[p] * op[p] * sgp[p] * (T(1) + zr[p] * (T(1) - sgp[p]));
+              dovp[p] = gyr[p] * zr[p] * sgp[p];
+            }
+          } else {
+            std::copy_n(gyr, P, dovp);
+          }
+          T dDs = 0;
+          for (int64_t p = 0; p < P; ++p) dDs += dovp[p] * vr[p];
           pD += dDs;
           std::fill(dqr.begin(), dqr.end(), T(0));
           std::fill(gtv.begin(), gtv.end(), T(0));
@@ -277,19 +304,23 @@ void backward_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
             dkc[n] = g.beta * gtvp[n];
           }
           // Through the rotation: d(in) = rot^T d(out), dtheta from both q and k.
-          const T* th = th_all + r * R;
+          const T *csr = csb.data() + j * R, *snr = snb.data() + j * R;
           T* dqo = dq + r * N;
           T* dko = dk + r * N;
           T ddt_ang = 0;
+          const T* ar = ang + r * R;
+          T* thp = thn.data();
+#pragma omp simd
+          for (int64_t i = 0; i < R; ++i) thp[i] = math::tanh(ar[i]);
           for (int64_t i = 0; i < R; ++i) {
-            const T c_ = std::cos(th[i]), s_ = std::sin(th[i]);
+            const T c_ = csr[i], s_ = snr[i];
             const T a0 = dqr[2 * i], a1 = dqr[2 * i + 1], b0 = dkr[2 * i], b1 = dkr[2 * i + 1];
             dqo[2 * i] = a0 * c_ + a1 * s_;
             dqo[2 * i + 1] = -a0 * s_ + a1 * c_;
             dko[2 * i] = b0 * c_ + b1 * s_;
             dko[2 * i + 1] = -b0 * s_ + b1 * c_;
             const T dth = -a0 * qrp[2 * i + 1] + a1 * qrp[2 * i] - b0 * krp[2 * i + 1] + b1 * krp[2 * i] + dthc[i];
-            const T tn = std::tanh(ang[r * R + i]);
+            const T tn = thp[i];
             ddt_ang += dth * T(kPi) * tn;
             dang[r * R + i] = dth * dtv * T(kPi) * (T(1) - tn * tn);
             dthc[i] = dth;
