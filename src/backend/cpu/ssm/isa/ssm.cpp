@@ -42,12 +42,15 @@ T wrap(T x) {
 // out = rot(in + bias, theta): pairs (2i, 2i + 1) for i < R turned by theta_i
 // (cos cs[i], sin sn[i]), the rest (n >= 2R) passed through.
 template <class T>
-void rotate(const T* in, const T* bias, const T* cs, const T* sn, int64_t N, int64_t R, T* out) {
+inline void rotate(const T* __restrict in, const T* __restrict bias, const T* __restrict cs, const T* __restrict sn,
+                   int64_t N, int64_t R, T* __restrict out) {
+#pragma omp simd
   for (int64_t i = 0; i < R; ++i) {
     const T x0 = in[2 * i] + bias[2 * i], x1 = in[2 * i + 1] + bias[2 * i + 1];
     out[2 * i] = x0 * cs[i] - x1 * sn[i];
     out[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
   }
+#pragma omp simd
   for (int64_t n = 2 * R; n < N; ++n) out[n] = in[n] + bias[n];
 }
 
