@@ -22,6 +22,11 @@ so the two frameworks can be compared step by step:
                           Philox streams restated here (apps/kiln/lm.cpp, RandomWindows;
                           src/core/rngs.cpp), for training and both estimates
 --csv writes step,loss,lr per step, the columns of kiln's metrics.csv.
+
+--arch mamba3 trains bench/torch_train_mamba.py's MambaLM instead (the model of
+`kiln train lm --arch mamba3 --tokenizer byte`: byte ids, --n-layer blocks of
+width --n-embd, --d-state, --headdim; docs/ssm.md) with the same recipe; the
+B/C biases join the no-decay group as kiln's M11 marks them.
 """
 import argparse
 import math
@@ -36,6 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tools"))
 import torch_safetensors  # noqa: E402
 from torch_train_gpt import BLOCK, GPT  # noqa: E402
+from torch_train_mamba import MambaLM  # noqa: E402
 
 MASK32 = 0xFFFFFFFF
 
@@ -82,13 +88,25 @@ KILN_TO_NANOGPT = [("norm1", "ln_1"), ("norm2", "ln_2"), ("self_attn.in_proj_wei
                    ("linear2", "mlp.c_proj")]
 
 
-def load_kiln_init(model, path):
+def mamba_key(name):
+    """A kiln MambaLM parameter name -> torch_train_mamba.MambaLM's."""
+    key = name.replace("backbone.", "", 1)
+    parts = key.split(".")
+    if parts[0] == "layers":  # layers.i.norm.weight / layers.i.mixer.X
+        key = ("norms." + parts[1] + "." + ".".join(parts[3:])) if parts[2] == "norm" else \
+              ("mixers." + parts[1] + "." + ".".join(parts[3:]))
+    return key
+
+
+def load_kiln_init(model, path, arch="gpt"):
     state, _ = torch_safetensors.load(path)
     mine = dict(model.named_parameters())
     loaded = 0
     with torch.no_grad():
         for name, t in state.items():
             key = name
+            if arch == "mamba3":
+                key = mamba_key(name)
             for a, b in KILN_TO_NANOGPT:
                 key = key.replace(a, b)
             if key in mine:
@@ -119,24 +137,36 @@ def main():
     ap.add_argument("--kiln-batches", type=int)
     ap.add_argument("--csv")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--arch", choices=["gpt", "mamba3"], default="gpt")
+    ap.add_argument("--n-layer", type=int, default=4)
+    ap.add_argument("--n-embd", type=int, default=128)
+    ap.add_argument("--d-state", type=int, default=64)
+    ap.add_argument("--headdim", type=int, default=32)
     o = ap.parse_args()
     torch.set_num_threads(o.threads)
     torch.manual_seed(o.seed)
 
-    text = pathlib.Path(o.data).read_text(encoding="utf-8")
-    chars = sorted(set(text))
-    stoi = {c: i for i, c in enumerate(chars)}
-    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
+    if o.arch == "mamba3":  # kiln's byte tokenizer: id = byte value
+        data = torch.tensor(list(pathlib.Path(o.data).read_bytes()), dtype=torch.long)
+    else:
+        text = pathlib.Path(o.data).read_text(encoding="utf-8")
+        chars = sorted(set(text))
+        stoi = {c: i for i, c in enumerate(chars)}
+        data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
     n_train = int(len(data) * 0.9)
     train, val = data[:n_train], data[n_train:]
     B = o.batch_size
 
-    model = GPT()
+    if o.arch == "mamba3":
+        model = MambaLM(o.n_embd, o.n_layer, o.d_state, 2, o.headdim)
+    else:
+        model = GPT()
     if o.kiln_init:
-        load_kiln_init(model, o.kiln_init)
+        load_kiln_init(model, o.kiln_init, o.arch)
     params = list(model.parameters())
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    no_decay = {id(p) for n, p in model.named_parameters() if n.endswith(("B_bias", "C_bias"))}
+    groups = [{"params": [p for p in params if p.dim() >= 2 and id(p) not in no_decay], "weight_decay": 0.1},
+              {"params": [p for p in params if p.dim() < 2 or id(p) in no_decay], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=o.lr, betas=(0.9, 0.99))
 
     if o.kiln_batches is not None:

@@ -39,17 +39,19 @@ std::string generate_text(const GenerateTextOptions& o) {
   out << o.prompt << std::flush;
   // A token's bytes as they come: a BPE token may end inside a UTF-8
   // character, which the terminal completes with the next one.
-  models::generate(*lm.model, prompt,
-                   {.max_new_tokens = o.max_new_tokens,
-                    .temperature = o.temperature,
-                    .top_k = o.top_k,
-                    .top_p = o.top_p,
-                    .seed = o.seed},
-                   [&](int64_t token) {
-                     std::string_view bytes = lm.tokenizer->token(token);
-                     text += bytes;
-                     out << bytes << std::flush;
-                   });
+  const models::GenerateOptions go{.max_new_tokens = o.max_new_tokens,
+                                   .temperature = o.temperature,
+                                   .top_k = o.top_k,
+                                   .top_p = o.top_p,
+                                   .seed = o.seed};
+  auto emit = [&](int64_t token) {
+    std::string_view bytes = lm.tokenizer->token(token);
+    text += bytes;
+    out << bytes << std::flush;
+  };
+  // A mamba3 checkpoint decodes through its recurrent state (models::MambaLM's step).
+  if (lm.mamba) models::generate(*lm.mamba, prompt, go, emit);
+  else models::generate(*lm.model, prompt, go, emit);
   out << '\n' << std::flush;
   return text;
 }

@@ -78,18 +78,20 @@ class RandomWindows : public data::Dataset {
   Generator gen_;  // only block(i) is used: never advanced
 };
 
-// Next-token steps on models::GPT: loss over all B * T positions, gradient
-// clipping, one AdamW step.
+// Next-token steps on the language model (models::GPT or models::MambaLM):
+// loss over all B * T positions, gradient clipping, one AdamW step.
 class LmTask : public train::Task {
  public:
-  LmTask(models::GPT& gpt, optim::Optimizer& opt, Rngs& rngs, double grad_clip)
-      : Task(gpt, [&gpt](const Tensor& idx) { return gpt.forward(idx); }, opt, &rngs),
-        gpt_(gpt),
-        params_(gpt.parameters()),
+  // (idx, targets, training) -> the mean loss; training: dropout on.
+  using LossFn = std::function<Tensor(const Tensor&, const Tensor&, bool)>;
+  LmTask(nn::Module& model, train::Forward forward, LossFn loss, optim::Optimizer& opt, Rngs& rngs, double grad_clip)
+      : Task(model, std::move(forward), opt, &rngs),
+        loss_(std::move(loss)),
+        params_(model.parameters()),
         grad_clip_(grad_clip) {}
 
   train::StepResult training_step(const data::Batch& b) override {
-    Tensor loss = gpt_.config.dropout > 0 ? gpt_.loss(b.input, b.target, *rngs()) : gpt_.loss(b.input, b.target);
+    Tensor loss = loss_(b.input, b.target, true);
     const double value = loss.item<double>();
     // A non-finite loss is never applied: the Trainer then stops the run or
     // skips the step (--on-nan) with the parameters as they were.
@@ -104,11 +106,11 @@ class LmTask : public train::Task {
   }
   // Called in eval mode under NoGradGuard (Validation).
   train::StepResult validation_step(const data::Batch& b) override {
-    return {gpt_.loss(b.input, b.target).item<float>(), b.size(), -1};
+    return {loss_(b.input, b.target, false).item<float>(), b.size(), -1};
   }
 
  private:
-  models::GPT& gpt_;
+  LossFn loss_;
   nn::ParameterList params_;
   double grad_clip_;
 };
@@ -129,10 +131,10 @@ json train_json(const LmOptions& o, int64_t tokens) {
 // The run's config (kiln.config in every checkpoint): the model, the
 // tokenizer's own JSON text (kept as a string so it comes back byte for
 // byte) and the training options.
-std::string config_json(const models::GPTConfig& model, const data::Tokenizer& tok, const LmOptions& o,
+std::string config_json(const json& model, const data::Tokenizer& tok, const LmOptions& o,
                         int64_t tokens, const json& overrides) {
   json j = {{"job", "lm"},
-            {"model", model_json(model)},
+            {"model", model},
             {"tokenizer", tok.to_json()},
             {"train", train_json(o, tokens)},
             {"eval_interval", o.eval_interval}};
@@ -236,13 +238,15 @@ LmResult train_lm(const LmOptions& o) {
   KILN_CHECK(!o.data.empty(), kOp, "--data FILE is required");
   KILN_CHECK(o.tokenizer == "char" || o.tokenizer == "byte" || o.tokenizer == "bpe", kOp,
              "--tokenizer must be char, byte or bpe, got '{}'", o.tokenizer);
+  KILN_CHECK(o.arch == "gpt" || o.arch == "mamba3", kOp, "--arch must be gpt or mamba3, got '{}'", o.arch);
+  const bool mamba = o.arch == "mamba3";
   KILN_CHECK(o.vocab_size >= 256, kOp, "--vocab-size must be at least 256 (the bytes), got {}", o.vocab_size);
   KILN_CHECK(o.iters > 0, kOp, "--iters must be positive, got {}", o.iters);
   KILN_CHECK(o.batch_size > 0, kOp, "--batch-size must be positive, got {}", o.batch_size);
   KILN_CHECK(o.block_size > 0, kOp, "--block-size must be positive, got {}", o.block_size);
   KILN_CHECK(o.n_layer > 0 && o.n_head > 0 && o.n_embd > 0, kOp,
              "--n-layer, --n-head and --n-embd must be positive, got {}, {}, {}", o.n_layer, o.n_head, o.n_embd);
-  KILN_CHECK(o.n_embd % o.n_head == 0, kOp, "--n-embd {} is not a multiple of --n-head {}", o.n_embd, o.n_head);
+  KILN_CHECK(mamba || o.n_embd % o.n_head == 0, kOp, "--n-embd {} is not a multiple of --n-head {}", o.n_embd, o.n_head);
   KILN_CHECK(o.dropout >= 0 && o.dropout < 1, kOp, "--dropout must be in [0, 1), got {}", o.dropout);
   KILN_CHECK(o.lr > 0 && std::isfinite(o.lr), kOp, "--lr must be a finite number in (0, inf), got {}", o.lr);
   KILN_CHECK(o.min_lr >= 0 && o.min_lr <= o.lr, kOp, "--min-lr must be in [0, --lr = {}], got {}", o.lr, o.min_lr);
@@ -316,7 +320,21 @@ LmResult train_lm(const LmOptions& o) {
   // On resume, name the first flag that differs (the loader and scheduler
   // would refuse the file too, with a less helpful message), unless
   // --override accepts it.
-  const json want = {{"model", model_json(cfg)}, {"train", train_json(o, n)}};
+  models::MambaConfig mcfg;
+  mcfg.d_model = o.n_embd;
+  mcfg.n_layer = o.n_layer;
+  mcfg.vocab_size = tok->vocab_size();
+  mcfg.d_state = o.d_state;
+  mcfg.headdim = o.headdim;
+  if (mamba) {
+    try {
+      mcfg.validate();
+    } catch (const Error& e) {
+      KILN_FAIL(kOp, "--arch mamba3 (--n-embd, --d-state, --headdim): {}", e.what());
+    }
+  }
+  const json mjson = mamba ? json::parse(mcfg.to_json()) : model_json(cfg);
+  const json want = {{"model", mjson}, {"train", train_json(o, n)}};
   const json overrides = run.check_hyper_parameters(resume.empty() ? json::object() : hyper_parameters(resumed), hyper_parameters(want));
 
   // Streams: parameters, dropout, and the three batch streams (train steps,
@@ -325,16 +343,33 @@ LmResult train_lm(const LmOptions& o) {
   Rngs data_rngs{{"data", o.seed}};
   const uint64_t train_seed = data_rngs.next("data").next_u64(), train_eval_seed = data_rngs.next("data").next_u64(),
                  val_eval_seed = data_rngs.next("data").next_u64();
-  auto gpt = std::make_shared<models::GPT>(cfg, rngs);
+  std::shared_ptr<nn::Module> model;
+  train::Forward forward;
+  LmTask::LossFn loss_fn;
+  if (mamba) {
+    auto m = std::make_shared<models::MambaLM>(mcfg, rngs);
+    forward = [m](const Tensor& idx) { return m->forward(idx).first; };
+    loss_fn = [m](const Tensor& idx, const Tensor& t, bool) { return m->loss(idx, t); };
+    model = m;
+  } else {
+    auto gpt = std::make_shared<models::GPT>(cfg, rngs);
+    forward = [gpt](const Tensor& idx) { return gpt->forward(idx); };
+    loss_fn = [gpt, &rngs](const Tensor& idx, const Tensor& t, bool training) {
+      return training && gpt->config.dropout > 0 ? gpt->loss(idx, t, rngs) : gpt->loss(idx, t);
+    };
+    model = gpt;
+  }
   // nanoGPT's configure_optimizers: decay every tensor of 2 or more
-  // dimensions (Linear weights, both embeddings), not the LayerNorm scales.
-  nn::ParameterList all = gpt->parameters();
-  auto matrices = all.filter([](const std::string&, const nn::Parameter& p) { return p.value().dim() >= 2; });
-  auto others = all.filter([](const std::string&, const nn::Parameter& p) { return p.value().dim() < 2; });
+  // dimensions (Linear weights, both embeddings), not the LayerNorm scales;
+  // nor the parameters a model exempts (Mamba3's B/C biases, M11).
+  nn::ParameterList all = model->parameters();
+  auto decays = [](const nn::Parameter& p) { return p.value().dim() >= 2 && p.decay(); };
+  auto matrices = all.filter([&](const std::string&, const nn::Parameter& p) { return decays(p); });
+  auto others = all.filter([&](const std::string&, const nn::Parameter& p) { return !decays(p); });
   std::vector<optim::ParamGroup> groups = {{matrices, {{"weight_decay", o.weight_decay}}}};
   if (!others.empty()) groups.push_back({others, {{"weight_decay", 0.0}}});
   optim::AdamW opt(groups, {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay});
-  LmTask task(*gpt, opt, rngs, o.grad_clip);
+  LmTask task(*model, forward, loss_fn, opt, rngs, o.grad_clip);
   auto schedule = std::make_shared<optim::LinearWarmupCosineScheduler>(optim::LinearWarmupCosineOptions{
       .target_lr = o.lr, .min_lr = o.min_lr, .warmup_steps = o.warmup, .total_steps = o.iters});
 
@@ -377,14 +412,18 @@ LmResult train_lm(const LmOptions& o) {
                           .tokens_per_sample = o.block_size,
                           .out = &log,
                           .tty = o.tty,
-                          .config = config_json(cfg, *tok, o, n, overrides),
+                          .config = config_json(mjson, *tok, o, n, overrides),
                           .on_nan = on_nan});
 
+  const std::string shape = mamba ? fmt::format("mamba3: {} layers, width {}, d_state {}, headdim {}, context {}",
+                                                mcfg.n_layer, mcfg.d_model, mcfg.d_state, mcfg.headdim, o.block_size)
+                                  : fmt::format("{} layers, {} heads, width {}, context {}", cfg.n_layer, cfg.n_head,
+                                                cfg.n_embd, cfg.block_size);
   fmt::print(log,
-             "lm: {} parameters ({} layers, {} heads, width {}, context {}) · {} tokenizer, vocabulary {} · {} train / "
+             "lm: {} parameters ({}) · {} tokenizer, vocabulary {} · {} train / "
              "{} val tokens · batch {} · {} iterations · {}\n",
-             gpt->num_parameters(), cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, tok->name(),
-             tok->vocab_size(), n_train, n_val, o.batch_size, o.iters, threads_and_cpu());
+             model->num_parameters(), shape, tok->name(), tok->vocab_size(), n_train, n_val, o.batch_size, o.iters,
+             threads_and_cpu());
 
   train::SignalGuard signals;  // SIGINT/SIGTERM: finish the step, save, exit 130/143
   run.serve(trainer.control());  // kiln control RUN_DIR ... (docs/live_control.md)
@@ -399,7 +438,7 @@ LmResult train_lm(const LmOptions& o) {
   r.train_loss = train_eval->result().loss;
   r.iters = trainer.progress().global_step;
   r.train_seconds = trainer.elapsed();
-  r.parameters = gpt->num_parameters();
+  r.parameters = model->num_parameters();
   r.checkpoint = checkpoints->latest();
   r.csv = csv;
   r.wall_seconds = seconds_since(start);
@@ -420,6 +459,30 @@ LanguageModel load_lm(const std::string& path) {
   io::CheckpointInfo info;
   json config = read_config(kLoad, file, info);
   LanguageModel lm;
+  if (config["model"].value("arch", "") == "mamba3") {
+    models::MambaConfig mc;
+    try {
+      mc = models::MambaConfig::from_json(config["model"].dump());
+      lm.tokenizer = data::tokenizer_from_json(config["tokenizer"].get<std::string>());
+    } catch (const Error& e) {
+      KILN_FAIL(kLoad, "{}: its model config or tokenizer: {}", file, e.what());
+    }
+    KILN_CHECK(lm.tokenizer->vocab_size() == mc.vocab_size, kLoad,
+               "{}: the tokenizer has {} tokens but the model's vocab_size is {}", file, lm.tokenizer->vocab_size(),
+               mc.vocab_size);
+    lm.config.vocab_size = mc.vocab_size;
+    lm.config.n_layer = mc.n_layer;
+    lm.config.n_embd = mc.d_model;
+    Rngs rngs(0);  // the initial values are overwritten by the load
+    lm.mamba = std::make_shared<models::MambaLM>(mc, rngs);
+    io::Checkpoint ckpt;
+    ckpt.model(*lm.mamba);
+    ckpt.load(file);
+    check_finite_weights(kLoad, file, *lm.mamba);
+    lm.mamba->eval();
+    lm.iters = info.progress.global_step;
+    return lm;
+  }
   lm.config = model_from_json(kLoad, file, config["model"]);
   try {
     lm.tokenizer = data::tokenizer_from_json(config["tokenizer"].get<std::string>());

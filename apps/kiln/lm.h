@@ -20,6 +20,7 @@
 
 #include "kiln/data/tokenizer.h"
 #include "kiln/models/gpt.h"
+#include "kiln/models/mamba_lm.h"
 
 namespace kiln::app {
 
@@ -33,6 +34,12 @@ struct LmOptions {
   int64_t n_embd = 128;
   int64_t block_size = 64;  // context T
   double dropout = 0.0;
+  // "gpt" (the above) or "mamba3": models::MambaLM with n_layer blocks of
+  // width n_embd (n_head and dropout unused), d_state and headdim below
+  // (docs/ssm.md); the same data, batches, schedule and checkpoints.
+  std::string arch = "gpt";
+  int64_t d_state = 64;
+  int64_t headdim = 32;
   // Optimisation: AdamW, linear warmup from 0 to lr over `warmup` iterations,
   // then cosine down to min_lr at `iters`; weight decay on the 2-D tensors only.
   int64_t iters = 2000;
@@ -81,7 +88,8 @@ LmResult train_lm(const LmOptions& options);
 /// A trained model and its tokenizer, rebuilt from a checkpoint of train_lm.
 struct LanguageModel {
   models::GPTConfig config;
-  std::shared_ptr<models::GPT> model;  // in eval mode
+  std::shared_ptr<models::GPT> model;  // in eval mode; null for a mamba3 checkpoint
+  std::shared_ptr<models::MambaLM> mamba;  // a mamba3 checkpoint's model (eval mode), else null
   std::shared_ptr<const data::Tokenizer> tokenizer;
   int64_t iters = 0;                   // the optimizer steps it was trained for
 };

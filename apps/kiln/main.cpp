@@ -129,6 +129,11 @@ int run(int argc, char** argv) {
   add_integer(lm, "--n-head", l.n_head, "attention heads", 1, 4096);
   add_integer(lm, "--n-embd", l.n_embd, "width", 1, 1 << 20);
   add_real(lm, "--dropout", l.dropout, "dropout rate", {.lo = 0, .hi = 1, .hi_open = true});
+  lm->add_option("--arch", l.arch, "gpt, or mamba3 (a Mamba-3 state-space model, docs/ssm.md)")
+      ->check(CLI::IsMember({"gpt", "mamba3"}))
+      ->capture_default_str();
+  add_integer(lm, "--d-state", l.d_state, "mamba3: state size per head", 1, 1 << 12);
+  add_integer(lm, "--headdim", l.headdim, "mamba3: head dimension", 1, 1 << 12);
   add_real(lm, "--lr", l.lr, "AdamW peak learning rate", kPositive);
   add_real(lm, "--min-lr", l.min_lr, "learning rate at the end of the cosine", kNonNegative);
   add_integer(lm, "--warmup", l.warmup, "linear warmup steps", 0, 1e9);
