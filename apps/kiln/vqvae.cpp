@@ -184,15 +184,19 @@ VqvaeResult train_vqvae(const VqvaeOptions& o) {
       root, true, data::FashionMNISTOptions{.normalize = false, .limit = o.limit});
   auto test_set = std::make_shared<data::FashionMNIST>(
       root, false, data::FashionMNISTOptions{.normalize = false, .limit = o.test_limit});
-  JobRun run(job_run_options(kOp, "vqvae-fashion-mnist", o.out, o));
-  std::ostream& log = run.log();
-  const std::string& resume = run.resume_path();
-
   const int64_t batch_size = std::min(o.batch_size, train_set->size());
   // The first batch seeds the codebook from its latents: it needs K of them.
   KILN_CHECK(batch_size * 49 >= o.codebook_size, kOp,
              "a batch of {} images gives {} latents, fewer than --codebook-size {} (the first batch seeds the codebook)",
              batch_size, batch_size * 49, o.codebook_size);
+  // Locked for the whole run; refuses a folder holding another run unless
+  // resuming or overwriting it; finds the checkpoint to resume from.
+  JobRun run(job_run_options(kOp, "vqvae-fashion-mnist", o.out, o));
+  std::ostream& log = run.log();
+  const std::string& resume = run.resume_path();
+  if (batch_size < o.batch_size)
+    fmt::print(log, "--batch-size {} is more than the {} training images: using batches of {}\n", o.batch_size,
+               train_set->size(), batch_size);
   data::DataLoader train_loader(train_set, {.batch_size = batch_size, .shuffle = true, .seed = o.seed});
   auto test_loader = std::make_shared<data::DataLoader>(
       test_set, data::DataLoaderOptions{.batch_size = std::clamp<int64_t>(test_set->size(), 1, 500),
