@@ -17,6 +17,7 @@
 #include "kiln/core/rngs.h"
 #include "kiln/data/dataloader.h"
 #include "kiln/data/fashion_mnist.h"
+#include "kiln/io/checkpoint.h"
 #include "kiln/io/image.h"
 #include "kiln/models/vqvae.h"
 #include "kiln/ops/binary.h"
@@ -92,11 +93,30 @@ class VqvaeTask : public train::Task {
 // Writes the step's recon_mse / perplexity / usage into logs() for the CSV,
 // and after each epoch's validation test/usage, test/perplexity and the
 // reconstruction grid. Register after Validation, before the bar and the CSV.
-class VqTelemetry : public train::Callback {
+class VqTelemetry : public train::Callback, public io::Stateful {
  public:
   VqTelemetry(nn::Shared<models::VQVAE> model, std::shared_ptr<Telemetry> tel, Tensor grid_images,
               std::filesystem::path dir)
       : model_(std::move(model)), tel_(std::move(tel)), images_(std::move(grid_images)), dir_(std::move(dir)) {}
+
+  // A resumed run puts the last test figures back into logs() (a checkpoint
+  // does not hold logs()), so its CSV rows equal an uninterrupted run's.
+  void on_train_begin(train::Trainer& t) override {
+    if (t.progress().global_step == 0) {
+      usage_ = perplexity_ = NAN;
+    } else if (!std::isnan(usage_)) {
+      t.logs()["test/usage"] = usage_;
+      t.logs()["test/perplexity"] = perplexity_;
+    }
+  }
+  void checkpoint_objects(io::Checkpoint& ckpt) override { ckpt.state("vq_telemetry", *this); }
+  io::State state() const override {
+    return {{"test_usage", fmt::format("{}", usage_)}, {"test_perplexity", fmt::format("{}", perplexity_)}};
+  }
+  void load_state(const io::State& state) override {
+    usage_ = io::state_f64(state, "test_usage", "VqTelemetry.load_state");
+    perplexity_ = io::state_f64(state, "test_perplexity", "VqTelemetry.load_state");
+  }
 
   void on_step_end(train::Trainer& t, const train::StepResult&) override {
     t.logs()["recon_mse"] = tel_->recon_mse;
