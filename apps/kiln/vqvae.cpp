@@ -142,7 +142,7 @@ class VqTelemetry : public train::Callback, public io::Stateful {
       std::fill(tel_->test_hist.begin(), tel_->test_hist.end(), 0);
       tel_->test_tokens = 0;
     }
-    write_grid(t.progress().epoch);
+    write_grid(t.progress().epoch + 1);  // progress().epoch is 0-based here
   }
 
   double usage() const { return usage_; }
