@@ -297,6 +297,25 @@ TEST(ResidualVQ, DeeperLevelGetsDistinctNonZeroCodesWhenLevelZeroIsExact) {
   EXPECT_EQ(int64_t(distinct.size()), K);
 }
 
+TEST(ResidualVQ, CommitmentOnTheTotalGradcheckF64) {
+  ResidualVQ rvq(3, 8, 3, kPlain);
+  rvq.to(kF64);
+  Tensor z = leaf({6, 3}, 21, -2, 2);
+  EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return rvq.forward(in[0]).commitment_loss; }, {z});
+  auto out = rvq.forward(z);
+  Tensor want = mul(mean(square(sub(z.detach(), rvq.decode(out.indices)))), 0.25);
+  EXPECT_TRUE(equal(out.commitment_loss.detach(), want));
+}
+
+TEST(VectorQuantizer, LookupTakesI32AndI64) {
+  VectorQuantizer vq(5, 2, kPlain);
+  Tensor i64 = tensor<int64_t>({4, 0, 2, 2}, {2, 2});
+  Tensor codes = vq.lookup(i64);
+  EXPECT_EQ(codes.shape(), (Shape{2, 2, 2}));
+  EXPECT_TRUE(equal(codes, vq.lookup(i64.to(kI32))));
+  EXPECT_TRUE(equal(codes.select(0, 0).select(0, 0), vq.codebook.select(0, 4)));
+}
+
 TEST(ResidualVQ, BadInputIsAnErrorAndChangesNothing) {
   ResidualVQ rvq(2, 4, 3, {.highest_norm_init = false});
   Generator gen(2);
