@@ -1,3 +1,4 @@
+// kiln train vqvae fashion-mnist: the job around models::VQVAE (apps/kiln/vqvae.h, docs/vq.md).
 #include "apps/kiln/vqvae.h"
 
 #include <fmt/format.h>

@@ -1,6 +1,5 @@
+// `kiln train vqvae fashion-mnist`: its flags and the call into apps/kiln/vqvae.h.
 #include "apps/kiln/vqvae_cli.h"
-
-#include <csignal>
 
 #include "apps/kiln/cli_numbers.h"
 

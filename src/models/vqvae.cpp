@@ -1,4 +1,4 @@
-// VQVAE: conv encoder, VectorQuantizer / ResidualVQ, transposed-conv decoder.
+// VQVAE: conv encoder, VectorQuantizer / ResidualVQ, transposed-conv decoder (docs/vq.md).
 #include "kiln/models/vqvae.h"
 
 #include "kiln/core/error.h"
@@ -38,13 +38,17 @@ Tensor VQVAE::decode(const Tensor& z_q) const { return decoder(z_q.permute({0, 3
 VQVAEOutput VQVAE::forward(const Tensor& x) const {
   VQVAEOutput out;
   out.z_e = encode(x).contiguous();
-  Tensor zq;
+  Tensor zq;  // [B, 7, 7, D]
   if (vq) {
-    auto q = vq(out.z_e);
-    zq = q.quantized, out.indices = q.indices, out.commitment_loss = q.commitment_loss;
+    nn::VQOutput q = vq(out.z_e);
+    zq = q.quantized;
+    out.indices = q.indices;
+    out.commitment_loss = q.commitment_loss;
   } else {
-    auto q = rvq(out.z_e);
-    zq = q.quantized, out.indices = q.indices, out.commitment_loss = q.commitment_loss;
+    nn::ResidualVQOutput q = rvq(out.z_e);
+    zq = q.quantized;
+    out.indices = q.indices;
+    out.commitment_loss = q.commitment_loss;
   }
   out.recon = decode(zq);
   return out;
