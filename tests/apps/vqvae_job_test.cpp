@@ -10,6 +10,7 @@
 
 #include "apps/kiln/vqvae.h"
 #include "kiln/io/checkpoint.h"
+#include "kiln/io/safetensors.h"
 #include "tests/support/apps_testing.h"
 
 namespace kiln::app {
@@ -70,6 +71,11 @@ TEST(VqvaeJob, LearnsWritesGridAndResumesBitwise) {
   // The checkpoint holds the codebook and its statistics.
   io::CheckpointInfo info = io::read_checkpoint_info(rb.checkpoint);
   EXPECT_EQ(info.progress.global_step, 20);
+  nn::StateDict saved = io::load_safetensors(rb.checkpoint);
+  for (const char* key : {"vq.codebook", "vq.cluster_size", "vq.embed_sum", "vq.initialized"})
+    EXPECT_TRUE(saved.contains(key)) << key;
+  EXPECT_EQ(saved.at("vq.codebook").shape(), (Shape{32, 64}));
+  EXPECT_EQ(saved.at("vq.initialized").item<int64_t>(), 1);
   std::filesystem::remove_all(a);
   std::filesystem::remove_all(b);
 }
