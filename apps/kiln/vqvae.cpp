@@ -46,7 +46,7 @@ using nlohmann::json;
 // What the task measured, read by VqTelemetry: the last training step's
 // numbers, and the code histogram (level 0) of the validation pass.
 struct Telemetry {
-  double recon_mse = NAN, perplexity = NAN, usage = NAN;
+  double recon_mse = NAN, perplexity = NAN, usage = NAN, dead_codes = NAN;
   std::vector<int64_t> test_hist;
   int64_t test_tokens = 0;
 };
@@ -70,6 +70,7 @@ class VqvaeTask : public train::Task {
     tel_->recon_mse = recon.item<float>();
     tel_->perplexity = s.perplexity;
     tel_->usage = s.usage;
+    tel_->dead_codes = double(s.dead);  // after this step's EMA update and re-init
     return {.loss = loss_value, .count = batch.size(), .applied = applied};
   }
 
@@ -123,6 +124,7 @@ class VqTelemetry : public train::Callback, public io::Stateful {
     t.logs()["recon_mse"] = tel_->recon_mse;
     t.logs()["perplexity"] = tel_->perplexity;
     t.logs()["usage"] = tel_->usage;
+    t.logs()["dead_codes"] = tel_->dead_codes;
   }
 
   void on_epoch_end(train::Trainer& t) override {
@@ -262,7 +264,7 @@ VqvaeResult train_vqvae(const VqvaeOptions& o) {
       std::make_shared<train::CsvLogger>(
           run.csv(), train::CsvLoggerOptions{.append = false,
                                              .log_keys = {"recon_mse", "perplexity", "usage", "val/loss",
-                                                          "test/usage", "test/perplexity"}}),
+                                                          "test/usage", "test/perplexity", "dead_codes"}}),
       std::make_shared<train::Summary>(),
       checkpoints,
       std::make_shared<ReleasePreviousRun>(run.folder(), checkpoints),

@@ -1,8 +1,9 @@
 // `kiln train vqvae fashion-mnist`: a VQ-VAE (models::VQVAE) on Fashion-MNIST
 // images in [0, 1]. Loss = MSE(recon, x) + commitment; the codebook learns by
 // its EMA step after each optimizer step. metrics.csv per step: loss,
-// recon_mse, perplexity, usage (of the batch's codes), and at each epoch end
-// test/mse (per pixel), test/usage, test/perplexity over the test split.
+// recon_mse, perplexity, usage (of the batch's codes), dead_codes (level 0's
+// codes under the threshold after the step's re-init), and at each epoch end
+// val/loss (the test MSE per pixel), test/usage, test/perplexity over the test split.
 // Rotating resumable checkpoints (codebooks and their statistics included);
 // after each epoch a PNG grid, recon-epochN.png: 8 test images on the top
 // row, their reconstructions below. docs/vq.md.

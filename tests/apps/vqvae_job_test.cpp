@@ -30,7 +30,8 @@ std::vector<std::string> numbers(const std::string& csv) {
     std::string row;
     for (std::string c; std::getline(ls, c, ','); ++col)
       if (col < header.size() && (header[col] == "loss" || header[col] == "recon_mse" || header[col] == "perplexity" ||
-                                  header[col] == "usage" || header[col] == "val/loss" || header[col] == "test/usage"))
+                                  header[col] == "usage" || header[col] == "val/loss" || header[col] == "test/usage" ||
+                                  header[col] == "dead_codes"))
         row += c + ",";
     out.push_back(row);
   }
