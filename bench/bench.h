@@ -169,5 +169,6 @@ void rl_env_benches(std::vector<Bench>& out);       // cartpole_step_e4096, cart
 void generate_benches(std::vector<Bench>& out);     // lm_generate (KV-cache sampling): generate_bench.cpp
 void rl_ppo_benches(std::vector<Bench>& out);       // ppo_cartpole: rl_ppo_bench.cpp
 void train_mamba_benches(std::vector<Bench>& out);  // mamba_lm: train_mamba_bench.cpp
+void train_vqvae_benches(std::vector<Bench>& out);  // vqvae_b128, vqvae_rvq4_b128: train_vqvae_bench.cpp
 
 }  // namespace bench

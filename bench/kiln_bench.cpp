@@ -119,6 +119,7 @@ std::vector<Bench> all_benches() {
   generate_benches(out);
   rl_ppo_benches(out);
   train_mamba_benches(out);
+  train_vqvae_benches(out);
   return out;
 }
 

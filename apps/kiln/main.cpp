@@ -1,6 +1,7 @@
 // kiln: the command-line tool.
 //   kiln train fashion-mnist [--model cnn|mlp] [--epochs N] [--batch-size N] [--lr X]
 //                            [--threads N] [--out DIR] [--resume [latest|PATH]] [--overwrite] ...
+//   kiln train vqvae fashion-mnist [--codebook-size K] [--levels L] [--epochs N] ... (apps/kiln/vqvae.h)
 //   kiln train lm --data FILE [--tokenizer char|byte|bpe] [--iters N] [--lr X] ... (apps/kiln/lm.h)
 //   kiln generate --checkpoint PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
 //                 [--top-p P] [--seed S] (apps/kiln/generate.h)
@@ -32,6 +33,7 @@
 #include "apps/kiln/cli_numbers.h"
 #include "apps/kiln/control_socket.h"
 #include "apps/kiln/fashion_mnist.h"
+#include "apps/kiln/vqvae_cli.h"
 #include "apps/kiln/generate.h"
 #include "apps/kiln/lm.h"
 #include "apps/kiln/rl.h"
@@ -113,6 +115,8 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   add_integer(fashion, "--limit", o.limit, "train on the first N images only (0: all)", 0, kMaxBatch);
   add_integer(fashion, "--test-limit", o.test_limit, "test on the first N images only (0: all)", 0, kMaxBatch);
+  kiln::app::VqvaeCommand vqvae;  // kiln train vqvae fashion-mnist (apps/kiln/vqvae_cli.h)
+  kiln::app::add_vqvae_command(train, vqvae);
 
   auto* lm = train->add_subcommand("lm", "a GPT language model on a text file (nanoGPT's shakespeare_char recipe)");
   kiln::app::LmOptions l;
@@ -220,6 +224,7 @@ int run(int argc, char** argv) {
     finish_run_flags(o_flags, o);
     return exit_status(kiln::app::train_fashion_mnist(o).signal);
   }
+  if (vqvae.command->parsed()) return kiln::app::run_vqvae_command(vqvae);
   if (lm->parsed()) {
     finish_run_flags(l_flags, l);
     return exit_status(kiln::app::train_lm(l).signal);
