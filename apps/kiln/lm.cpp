@@ -30,6 +30,7 @@
 #include "kiln/train/callbacks/checkpoint.h"
 #include "kiln/train/callbacks/csv_logger.h"
 #include "kiln/train/callbacks/lr_scheduler.h"
+#include "kiln/train/callbacks/moe_telemetry.h"
 #include "kiln/train/callbacks/progress_bar.h"
 #include "kiln/train/callbacks/stop_on_signal.h"
 #include "kiln/train/callbacks/summary.h"
@@ -312,7 +313,21 @@ LmResult train_lm(const LmOptions& o) {
                               .n_layer = o.n_layer,
                               .n_head = o.n_head,
                               .n_embd = o.n_embd,
-                              .dropout = o.dropout};
+                              .dropout = o.dropout,
+                              .moe_experts = o.moe_experts,
+                              .moe_top_k = o.moe_top_k,
+                              .moe_hidden = o.moe_expert_width,
+                              .moe_balance = o.moe_balance == "aux"    ? nn::MoEBalance::aux
+                                             : o.moe_balance == "bias" ? nn::MoEBalance::bias
+                                                                       : nn::MoEBalance::none,
+                              .moe_aux_coef = o.moe_aux_coef,
+                              .moe_z_coef = o.moe_z_coef,
+                              .moe_bias_rate = o.moe_bias_rate};
+  try {
+    cfg.validate();
+  } catch (const Error& e) {
+    KILN_FAIL(kOp, "--moe-*: {}", e.what());
+  }
   // On resume, name the first flag that differs (the loader and scheduler
   // would refuse the file too, with a less helpful message), unless
   // --override accepts it.
@@ -359,15 +374,21 @@ LmResult train_lm(const LmOptions& o) {
   auto checkpoints = std::make_shared<train::CheckpointCallback>(
       ckpt_dir, train::CheckpointCallbackOptions{
                     .monitor = "val/loss", .every_n_steps = o.eval_interval, .restore_best = false});
+  // MoE telemetry (and the bias update) before the estimates, whose eval
+  // forwards replace the layers' stats, and before the logger that writes them.
+  auto moe_telemetry = std::make_shared<train::MoETelemetry>(gpt->moe_layers());
+  std::vector<std::string> csv_keys = {"train/loss", "val/loss"};
+  for (const std::string& k : moe_telemetry->columns()) csv_keys.push_back(k);
   std::vector<std::shared_ptr<train::Callback>> callbacks = {
       std::make_shared<train::StopOnSignal>(),  // first: a signal stops the run after the step
       std::make_shared<train::LRSchedulerCallback>(schedule),
+      moe_telemetry,
       // Before the bar and the logger: they show and log the estimates.
       train_eval,
       val_eval,
       std::make_shared<train::ProgressBar>(),
       std::make_shared<train::CsvLogger>(
-          csv, train::CsvLoggerOptions{.append = false, .log_keys = {"train/loss", "val/loss"}}),
+          csv, train::CsvLoggerOptions{.append = false, .log_keys = csv_keys}),
       std::make_shared<train::Summary>(),
       checkpoints,  // its checkpoints hold the other callbacks' state
       std::make_shared<ReleasePreviousRun>(run.folder(), checkpoints),
@@ -451,7 +472,8 @@ void check_lm_size(const std::string& op, const std::string& what, const models:
              what, c.vocab_size, c.block_size, c.n_embd, c.n_layer, c.n_head);
   // Every matrix of the model, in doubles (no overflow): embeddings, the
   // untied head, and per block attention (4 C^2) and the MLP (up to 3 C H).
-  const double C = double(c.n_embd), H = double(c.hidden());
+  const double C = double(c.n_embd),
+               H = c.moe_experts > 0 ? double(c.moe_experts) * double(c.moe_options().expert_hidden) : double(c.hidden());
   const double params = double(c.vocab_size + c.block_size) * C + double(c.vocab_size) * C +
                         double(c.n_layer) * (4 * C * C + 3 * C * H);
   KILN_CHECK(params <= double(int64_t(1) << 31), op,
