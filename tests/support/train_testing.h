@@ -8,7 +8,6 @@
 #include "kiln/train/callbacks/csv_logger.h"
 #include "kiln/train/callbacks/early_stopping.h"
 #include "kiln/train/callbacks/lr_scheduler.h"
-#include "kiln/train/callbacks/moe_telemetry.h"
 #include "kiln/train/callbacks/phase.h"
 #include "kiln/train/callbacks/progress_bar.h"
 #include "kiln/train/callbacks/stop_on_signal.h"

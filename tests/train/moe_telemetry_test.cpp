@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "kiln/train/callbacks/moe_telemetry.h"
 #include "tests/train/tiny_run.h"
 
 namespace kiln::train {
