@@ -374,3 +374,59 @@ TEST(MoE, ReprAndStateDictKeys) {
 
 }  // namespace
 }  // namespace kiln::nn
+
+namespace kiln::nn {
+namespace {
+using namespace testing;
+
+// The MoE as a block's FFN (TransformerBlockOptions::moe): registered as
+// "moe", every other parameter keeps its name; also in a DiT (AdaLN-Zero) block.
+TEST(MoE, InATransformerBlock) {
+  Rngs rngs(12);
+  TransformerBlock dense(16, 2, rngs, {.adaln_zero = true, .cond_dim = 8});
+  TransformerBlock sparse(16, 2, rngs,
+                          {.adaln_zero = true, .cond_dim = 8, .moe = MoEOptions{.num_experts = 4, .top_k = 2,
+                                                                                .expert_hidden = 32}});
+  EXPECT_EQ(sparse.linear1.get(), nullptr);
+  std::vector<std::string> kd = state_dict_keys(dense), ks = state_dict_keys(sparse);
+  std::vector<std::string> rest_d, rest_s;
+  for (const auto& k : kd)
+    if (k.rfind("linear1.", 0) != 0 && k.rfind("linear2.", 0) != 0) rest_d.push_back(k);
+  for (const auto& k : ks)
+    if (k.rfind("moe.", 0) != 0) rest_s.push_back(k);
+  EXPECT_EQ(rest_d, rest_s);
+  Generator g(1);
+  Tensor x = randn({2, 5, 16}, g).requires_grad_(true), c = randn({2, 8}, g);
+  {
+    NoGradGuard no_grad;  // AdaLN-Zero starts as the identity: give the gates a value
+    copy_(sparse.adaLN_modulation->bias.value(), full({6 * 16}, 0.5));
+  }
+  Tensor y = sparse.forward(x, {.cond = c});
+  ASSERT_EQ(y.shape(), (Shape{2, 5, 16}));
+  add(sum(mul(y, y)), sparse.moe->aux_loss()).backward();
+  EXPECT_TRUE(sparse.moe->w1.grad().defined());
+  EXPECT_EQ(sparse.moe->stats().tokens, 10);
+}
+
+// Mixed precision: bf16 compute with f32 parameters runs the same routing
+// and stays close to the f32 result.
+TEST(MoE, Bf16ComputeDtype) {
+  Rngs rngs(13);
+  MoE moe(32, {.num_experts = 4, .top_k = 2, .expert_hidden = 64}, rngs);
+  Generator g(2);
+  Tensor x = randn({64, 32}, g);
+  Tensor y32 = moe.forward(x);
+  moe.set_compute_dtype(kBF16);
+  Tensor xb = x.clone().requires_grad_(true);
+  Tensor y16 = moe.forward(xb);
+  EXPECT_EQ(y16.dtype(), kBF16);
+  sum(y16.to(kF32)).backward();
+  EXPECT_EQ(moe.w1.grad().dtype(), kF32);
+  const std::vector<float> a = y32.to_vector<float>(), b = y16.to_vector<float>();
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i]))), scale = std::max(scale, double(std::abs(a[i])));
+  EXPECT_LT(worst, 0.05 * scale);  // bf16 has 8 bits: a few percent, or a token routed differently
+}
+
+}  // namespace
+}  // namespace kiln::nn
