@@ -120,6 +120,7 @@ std::vector<Bench> all_benches() {
   rl_ppo_benches(out);
   train_mamba_benches(out);
   train_vqvae_benches(out);
+  moe_benches(out);
   return out;
 }
 

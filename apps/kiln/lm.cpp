@@ -30,6 +30,7 @@
 #include "kiln/train/callbacks/checkpoint.h"
 #include "kiln/train/callbacks/csv_logger.h"
 #include "kiln/train/callbacks/lr_scheduler.h"
+#include "kiln/train/callbacks/moe_telemetry.h"
 #include "kiln/train/callbacks/progress_bar.h"
 #include "kiln/train/callbacks/stop_on_signal.h"
 #include "kiln/train/callbacks/summary.h"
@@ -240,6 +241,8 @@ LmResult train_lm(const LmOptions& o) {
              "--tokenizer must be char, byte or bpe, got '{}'", o.tokenizer);
   KILN_CHECK(o.arch == "gpt" || o.arch == "mamba3", kOp, "--arch must be gpt or mamba3, got '{}'", o.arch);
   const bool mamba = o.arch == "mamba3";
+  KILN_CHECK(!mamba || o.moe_experts == 0, kOp, "--moe-experts {} replaces a Transformer block's MLP; --arch mamba3 has none",
+             o.moe_experts);
   KILN_CHECK(o.vocab_size >= 256, kOp, "--vocab-size must be at least 256 (the bytes), got {}", o.vocab_size);
   KILN_CHECK(o.iters > 0, kOp, "--iters must be positive, got {}", o.iters);
   KILN_CHECK(o.batch_size > 0, kOp, "--batch-size must be positive, got {}", o.batch_size);
@@ -316,7 +319,21 @@ LmResult train_lm(const LmOptions& o) {
                               .n_layer = o.n_layer,
                               .n_head = o.n_head,
                               .n_embd = o.n_embd,
-                              .dropout = o.dropout};
+                              .dropout = o.dropout,
+                              .moe_experts = o.moe_experts,
+                              .moe_top_k = o.moe_top_k,
+                              .moe_hidden = o.moe_expert_width,
+                              .moe_balance = o.moe_balance == "aux"    ? nn::MoEBalance::aux
+                                             : o.moe_balance == "bias" ? nn::MoEBalance::bias
+                                                                       : nn::MoEBalance::none,
+                              .moe_aux_coef = o.moe_aux_coef,
+                              .moe_z_coef = o.moe_z_coef,
+                              .moe_bias_rate = o.moe_bias_rate};
+  try {
+    cfg.validate();
+  } catch (const Error& e) {
+    KILN_FAIL(kOp, "--moe-*: {}", e.what());
+  }
   // On resume, name the first flag that differs (the loader and scheduler
   // would refuse the file too, with a less helpful message), unless
   // --override accepts it.
@@ -346,6 +363,7 @@ LmResult train_lm(const LmOptions& o) {
   std::shared_ptr<nn::Module> model;
   train::Forward forward;
   LmTask::LossFn loss_fn;
+  std::vector<nn::MoE*> moe_layers;  // the GPT's MoE FFNs (--moe-experts), for the telemetry
   if (mamba) {
     auto m = std::make_shared<models::MambaLM>(mcfg, rngs);
     forward = [m](const Tensor& idx) { return m->forward(idx).first; };
@@ -357,6 +375,7 @@ LmResult train_lm(const LmOptions& o) {
     loss_fn = [gpt, &rngs](const Tensor& idx, const Tensor& t, bool training) {
       return training && gpt->config.dropout > 0 ? gpt->loss(idx, t, rngs) : gpt->loss(idx, t);
     };
+    moe_layers = gpt->moe_layers();
     model = gpt;
   }
   // nanoGPT's configure_optimizers: decay every tensor of 2 or more
@@ -394,15 +413,21 @@ LmResult train_lm(const LmOptions& o) {
   auto checkpoints = std::make_shared<train::CheckpointCallback>(
       ckpt_dir, train::CheckpointCallbackOptions{
                     .monitor = "val/loss", .every_n_steps = o.eval_interval, .restore_best = false});
+  // MoE telemetry (and the bias update) before the estimates, whose eval
+  // forwards replace the layers' stats, and before the logger that writes them.
+  auto moe_telemetry = std::make_shared<train::MoETelemetry>(moe_layers);
+  std::vector<std::string> csv_keys = {"train/loss", "val/loss"};
+  for (const std::string& k : moe_telemetry->columns()) csv_keys.push_back(k);
   std::vector<std::shared_ptr<train::Callback>> callbacks = {
       std::make_shared<train::StopOnSignal>(),  // first: a signal stops the run after the step
       std::make_shared<train::LRSchedulerCallback>(schedule),
+      moe_telemetry,
       // Before the bar and the logger: they show and log the estimates.
       train_eval,
       val_eval,
       std::make_shared<train::ProgressBar>(),
       std::make_shared<train::CsvLogger>(
-          csv, train::CsvLoggerOptions{.append = false, .log_keys = {"train/loss", "val/loss"}}),
+          csv, train::CsvLoggerOptions{.append = false, .log_keys = csv_keys}),
       std::make_shared<train::Summary>(),
       checkpoints,  // its checkpoints hold the other callbacks' state
       std::make_shared<ReleasePreviousRun>(run.folder(), checkpoints),
@@ -514,7 +539,8 @@ void check_lm_size(const std::string& op, const std::string& what, const models:
              what, c.vocab_size, c.block_size, c.n_embd, c.n_layer, c.n_head);
   // Every matrix of the model, in doubles (no overflow): embeddings, the
   // untied head, and per block attention (4 C^2) and the MLP (up to 3 C H).
-  const double C = double(c.n_embd), H = double(c.hidden());
+  const double C = double(c.n_embd),
+               H = c.moe_experts > 0 ? double(c.moe_experts) * double(c.moe_options().expert_hidden) : double(c.hidden());
   const double params = double(c.vocab_size + c.block_size) * C + double(c.vocab_size) * C +
                         double(c.n_layer) * (4 * C * C + 3 * C * H);
   KILN_CHECK(params <= double(int64_t(1) << 31), op,

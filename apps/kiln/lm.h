@@ -40,6 +40,15 @@ struct LmOptions {
   std::string arch = "gpt";
   int64_t d_state = 64;
   int64_t headdim = 32;
+  // Mixture of experts (docs/moe.md): moe_experts > 0 replaces every block's
+  // MLP by an nn::MoE; its telemetry goes to metrics.csv.
+  int64_t moe_experts = 0;
+  int64_t moe_top_k = 2;
+  int64_t moe_expert_width = 0;      // 0: 4 C / top_k (the dense model's active FLOPs)
+  std::string moe_balance = "none";  // none | aux | bias
+  double moe_aux_coef = 0.01;
+  double moe_z_coef = 0.0;
+  double moe_bias_rate = 1e-3;
   // Optimisation: AdamW, linear warmup from 0 to lr over `warmup` iterations,
   // then cosine down to min_lr at `iters`; weight decay on the 2-D tensors only.
   int64_t iters = 2000;

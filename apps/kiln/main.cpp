@@ -138,6 +138,16 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   add_integer(lm, "--d-state", l.d_state, "mamba3: state size per head", 1, 1 << 12);
   add_integer(lm, "--headdim", l.headdim, "mamba3: head dimension", 1, 1 << 12);
+  add_integer(lm, "--moe-experts", l.moe_experts, "experts per block (0: a dense MLP; docs/moe.md)", 0, 4096);
+  add_integer(lm, "--moe-top-k", l.moe_top_k, "experts each token goes to", 1, 4096);
+  add_integer(lm, "--moe-expert-width", l.moe_expert_width, "each expert's hidden width (0: 4 n_embd / top_k)", 0,
+              1 << 20);
+  lm->add_option("--moe-balance", l.moe_balance, "load balancing: aux (Switch loss), bias (aux-loss-free) or none")
+      ->check(CLI::IsMember({"none", "aux", "bias"}))
+      ->capture_default_str();
+  add_real(lm, "--moe-aux-coef", l.moe_aux_coef, "alpha of the Switch aux loss (--moe-balance aux)", kNonNegative);
+  add_real(lm, "--moe-z-coef", l.moe_z_coef, "beta of the router z-loss (0: off)", kNonNegative);
+  add_real(lm, "--moe-bias-rate", l.moe_bias_rate, "gamma of the bias update (--moe-balance bias)", kNonNegative);
   add_real(lm, "--lr", l.lr, "AdamW peak learning rate", kPositive);
   add_real(lm, "--min-lr", l.min_lr, "learning rate at the end of the cosine", kNonNegative);
   add_integer(lm, "--warmup", l.warmup, "linear warmup steps", 0, 1e9);

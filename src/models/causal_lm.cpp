@@ -63,10 +63,14 @@ CausalLM::CausalLM(const CausalLMConfig& c, const nn::Init& init) : config(c) {
                                                          .rotary_base = c.rotary_base,
                                                          .causal = true,
                                                          .bias = c.bias,
-                                                         .norm_bias = c.bias}));
+                                                         .norm_bias = c.bias,
+                                                         .moe = c.moe_experts > 0
+                                                                    ? std::optional<nn::MoEOptions>(c.moe_options())
+                                                                    : std::nullopt}));
     NoGradGuard no_grad;  // N(0, 0.02) scaled in place is N(0, 0.02 * proj_scale)
     mul_(block->self_attn->out_proj->weight.value(), proj_scale);
-    mul_(block->linear2->weight.value(), proj_scale);
+    // The experts' output projections are the MoE's c_proj.
+    mul_(block->moe ? block->moe->w2.value() : block->linear2->weight.value(), proj_scale);
     h.push_back(block);
   }
   if (c.norm == nn::TransformerNorm::rms_norm) {
@@ -152,10 +156,29 @@ Tensor CausalLM::loss_of(const Tensor& logits, const Tensor& targets) const {
 }
 
 Tensor CausalLM::loss(const Tensor& idx, const Tensor& targets) const {
-  return loss_of(run(idx, nullptr, nullptr), targets);
+  Tensor l = loss_of(run(idx, nullptr, nullptr), targets);
+  return config.moe_experts > 0 && is_training() ? add(l, aux_loss()) : l;
 }
 Tensor CausalLM::loss(const Tensor& idx, const Tensor& targets, Rngs& rngs) const {
-  return loss_of(run(idx, &rngs, nullptr), targets);
+  Tensor l = loss_of(run(idx, &rngs, nullptr), targets);
+  return config.moe_experts > 0 && is_training() ? add(l, aux_loss()) : l;
+}
+
+std::vector<nn::MoE*> CausalLM::moe_layers() const {
+  std::vector<nn::MoE*> out;
+  for (const auto& block : h)
+    if (block->moe) out.push_back(block->moe.get());
+  return out;
+}
+
+Tensor CausalLM::aux_loss() const {
+  Tensor total;
+  for (nn::MoE* m : moe_layers()) {
+    const Tensor a = m->aux_loss();
+    if (!a.requires_grad() && a.item<double>() == 0.0) continue;  // off: adds nothing
+    total = total.defined() ? add(total, to_precise(a, wte->weight.dtype())) : to_precise(a, wte->weight.dtype());
+  }
+  return total.defined() ? total : zeros({}, {.dtype = wte->weight.dtype(), .device = wte->weight.value().device()});
 }
 
 std::string CausalLM::extra_repr() const {
@@ -167,6 +190,9 @@ std::string CausalLM::extra_repr() const {
   if (c.rotary) s += ", rotary=true";
   if (c.mlp != nn::TransformerActivation::gelu) s += fmt::format(", mlp={}, mlp_hidden={}", detail::mlp_name(c.mlp), c.hidden());
   if (!c.tie_weights) s += ", tie_weights=false";
+  if (c.moe_experts > 0)
+    s += fmt::format(", moe_experts={}, moe_top_k={}, moe_hidden={}, moe_balance={}", c.moe_experts, c.moe_top_k,
+                     c.moe_options().expert_hidden, detail::moe_balance_name(c.moe_balance));
   return s;
 }
 

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "kiln/core/error.h"
@@ -27,6 +29,17 @@ const char* mlp_name(nn::TransformerActivation a) {
   return "?";
 }
 
+const char* moe_balance_name(nn::MoEBalance b) {
+  return b == nn::MoEBalance::aux ? "aux" : b == nn::MoEBalance::bias ? "bias" : "none";
+}
+
+std::optional<nn::MoEBalance> parse_moe_balance(std::string_view s) {
+  if (s == "none") return nn::MoEBalance::none;
+  if (s == "aux") return nn::MoEBalance::aux;
+  if (s == "bias") return nn::MoEBalance::bias;
+  return std::nullopt;
+}
+
 }  // namespace detail
 
 namespace {
@@ -34,6 +47,8 @@ constexpr const char* kLm = "CausalLM";
 }  // namespace
 
 using detail::mlp_name;
+using detail::moe_balance_name;
+using detail::parse_moe_balance;
 using detail::norm_name;
 
 // ---- CausalLMConfig ----
@@ -54,6 +69,18 @@ void CausalLMConfig::validate() const {
   KILN_CHECK(dropout >= 0 && dropout < 1, kLm, "dropout must be in [0, 1), got {}", dropout);
   KILN_CHECK(norm_eps > 0, kLm, "norm_eps must be positive, got {}", norm_eps);
   KILN_CHECK(mlp_hidden >= 0, kLm, "mlp_hidden must be >= 0 (0: the default width), got {}", mlp_hidden);
+  if (moe_experts != 0) {
+    KILN_CHECK(moe_experts > 0 && moe_experts <= 4096, kLm, "moe_experts must be in [0, 4096], got {}", moe_experts);
+    KILN_CHECK(moe_top_k >= 1 && moe_top_k <= moe_experts, kLm, "moe_top_k {} must be in [1, moe_experts = {}]",
+               moe_top_k, moe_experts);
+    KILN_CHECK(moe_hidden >= 0 && moe_hidden <= kMaxDim, kLm, "moe_hidden must be in [0, 2^24] (0: the default), got {}",
+               moe_hidden);
+    KILN_CHECK(mlp == nn::TransformerActivation::gelu || mlp == nn::TransformerActivation::swiglu, kLm,
+               "MoE experts are gelu or swiglu MLPs; mlp is {}", mlp_name(mlp));
+    KILN_CHECK(moe_aux_coef >= 0 && moe_z_coef >= 0 && moe_bias_rate >= 0, kLm,
+               "moe_aux_coef {}, moe_z_coef {} and moe_bias_rate {} must be >= 0", moe_aux_coef, moe_z_coef,
+               moe_bias_rate);
+  }
   KILN_CHECK(!rotary || ((n_embd / n_head) % 2 == 0 && rotary_base > 0), kLm,
              "rotary needs an even head width n_embd / n_head and rotary_base > 0, got {} / {} = {} and {}", n_embd,
              n_head, n_embd / n_head, rotary_base);
@@ -64,6 +91,20 @@ int64_t CausalLMConfig::hidden() const {
   if (mlp != nn::TransformerActivation::swiglu) return 4 * n_embd;
   const int64_t f = (8 * n_embd + 2) / 3;  // ceil(2/3 * 4C): the same parameters as a 4C GELU MLP
   return (f + 63) / 64 * 64;
+}
+
+nn::MoEOptions CausalLMConfig::moe_options() const {
+  const int64_t k = std::max<int64_t>(moe_top_k, 1);
+  return {.num_experts = moe_experts,
+          .top_k = moe_top_k,
+          .expert_hidden = moe_hidden > 0 ? moe_hidden : std::max<int64_t>(hidden() / k, 1),
+          .activation = mlp == nn::TransformerActivation::swiglu ? nn::ExpertActivation::swiglu
+                                                                 : nn::ExpertActivation::gelu,
+          .renormalize = moe_renormalize,
+          .balance = moe_balance,
+          .aux_loss_coef = moe_aux_coef,
+          .z_loss_coef = moe_z_coef,
+          .bias_update_rate = moe_bias_rate};
 }
 
 std::string CausalLMConfig::to_json() const {
@@ -83,6 +124,16 @@ std::string CausalLMConfig::to_json() const {
   j["mlp"] = mlp_name(mlp);
   j["mlp_hidden"] = mlp_hidden;
   j["tie_weights"] = tie_weights;
+  if (moe_experts > 0) {
+    j["moe_experts"] = moe_experts;
+    j["moe_top_k"] = moe_top_k;
+    j["moe_hidden"] = moe_hidden;
+    j["moe_renormalize"] = moe_renormalize;
+    j["moe_balance"] = moe_balance_name(moe_balance);
+    j["moe_aux_coef"] = moe_aux_coef;
+    j["moe_z_coef"] = moe_z_coef;
+    j["moe_bias_rate"] = moe_bias_rate;
+  }
   return j.dump();
 }
 
@@ -120,6 +171,20 @@ CausalLMConfig CausalLMConfig::from_json(std::string_view text) {
     else if (key == "rotary_base") number(c.rotary_base);
     else if (key == "mlp_hidden") integer(c.mlp_hidden);
     else if (key == "tie_weights") boolean(c.tie_weights);
+    else if (key == "moe_experts") integer(c.moe_experts);
+    else if (key == "moe_top_k") integer(c.moe_top_k);
+    else if (key == "moe_hidden") integer(c.moe_hidden);
+    else if (key == "moe_renormalize") boolean(c.moe_renormalize);
+    else if (key == "moe_aux_coef") number(c.moe_aux_coef);
+    else if (key == "moe_z_coef") number(c.moe_z_coef);
+    else if (key == "moe_bias_rate") number(c.moe_bias_rate);
+    else if (key == "moe_balance") {
+      const std::string s = v.is_string() ? v.get<std::string>() : std::string();
+      const auto b = parse_moe_balance(s);
+      KILN_CHECK(b.has_value(), kLm, "config field 'moe_balance' must be \"none\", \"aux\" or \"bias\", got {}",
+                 io::detail::brief(v));
+      c.moe_balance = *b;
+    }
     else if (key == "norm") {
       const std::string s = v.is_string() ? v.get<std::string>() : std::string();
       KILN_CHECK(s == "layer_norm" || s == "rms_norm", kLm,

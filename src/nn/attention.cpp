@@ -305,8 +305,12 @@ TransformerBlock::TransformerBlock(int64_t D, int64_t H, const Init& init, const
                                                                .rotary_base = o.rotary_base}));
   // SwiGLU's gate and up projections are one [2F, D] GEMM.
   const int64_t up = o.activation == TransformerActivation::swiglu ? 2 * dim_feedforward : dim_feedforward;
-  linear1 = register_module("linear1", Linear(D, up, init, o.bias));
-  linear2 = register_module("linear2", Linear(dim_feedforward, D, init, o.bias));
+  if (o.moe) {
+    moe = register_module("moe", MoE(D, *o.moe, init));
+  } else {
+    linear1 = register_module("linear1", Linear(D, up, init, o.bias));
+    linear2 = register_module("linear2", Linear(dim_feedforward, D, init, o.bias));
+  }
   if (rms) {
     rms_norm1 = register_module("norm1", RMSNorm({D}, init, o.norm_eps));
     rms_norm2 = register_module("norm2", RMSNorm({D}, init, o.norm_eps));
@@ -338,7 +342,7 @@ Tensor TransformerBlock::run(const Tensor& x_in, Rngs* rngs, const BlockCall& ca
   KILN_CHECK(x_in.defined() && x_in.dim() == 3 && x_in.size(2) == dim, kBlock, "x {} must be [B, T, D = {}]",
              x_in.defined() ? to_string(x_in.shape()) : "undefined", dim);
   const Tensor x = to_compute(x_in);  // mixed precision: the residual stream in the compute dtype
-  const DType dt = compute_dtype().value_or(linear1->weight.dtype());
+  const DType dt = compute_dtype().value_or(moe ? moe->w1.dtype() : linear1->weight.dtype());
   KILN_CHECK(x.dtype() == dt, kBlock, "x {} {} must have the block's dtype {}", to_string(x.shape()), name(x.dtype()),
              name(dt));
   const int64_t B = x.size(0);
@@ -375,6 +379,7 @@ Tensor TransformerBlock::run(const Tensor& x_in, Rngs* rngs, const BlockCall& ca
     return dropped(rngs ? self_attn->forward(h, h, h, *rngs, ac).output : self_attn->forward(h, h, h, ac).output);
   };
   auto mlp = [&](const Tensor& h) {
+    if (moe) return dropped(moe->forward(h));
     Tensor a = linear1->forward(h);  // [B, T, F]
     switch (options.activation) {
       case TransformerActivation::gelu: a = gelu(a); break;
@@ -413,6 +418,7 @@ std::string TransformerBlock::extra_repr() const {
   if (options.rotary) s += ", rotary=true";
   if (options.causal) s += ", causal=true";
   if (options.adaln_zero) s += fmt::format(", adaln_zero=true, cond_dim={}", options.cond_dim);
+  if (moe) s += ", moe=true";
   return s;
 }
 

@@ -25,6 +25,7 @@
 #include "kiln/nn/embedding.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/module.h"
+#include "kiln/nn/moe.h"
 #include "kiln/nn/norm.h"
 
 namespace kiln::models {
@@ -53,11 +54,26 @@ struct CausalLMConfig {
   /// rounded up to a multiple of 64 (C 128 -> 384).
   int64_t mlp_hidden = 0;
   bool tie_weights = true;  // lm_head.weight is wte's table
+  /// Mixture-of-experts FFN in every block (nn::MoE, docs/moe.md) instead of
+  /// the MLP: moe_experts E > 0 turns it on (mlp gelu or swiglu). Written to
+  /// JSON only when on, so dense configs read and write as before.
+  int64_t moe_experts = 0;
+  int64_t moe_top_k = 2;
+  /// Each expert's width; 0: hidden() / moe_top_k, so that a token's active
+  /// FLOPs match the dense MLP's (C 128, k 2: 256).
+  int64_t moe_hidden = 0;
+  bool moe_renormalize = true;
+  nn::MoEBalance moe_balance = nn::MoEBalance::none;  // none | aux | bias
+  double moe_aux_coef = 0.01;   // alpha, with moe_balance aux
+  double moe_z_coef = 0.0;      // beta of the router z-loss (0: off)
+  double moe_bias_rate = 1e-3;  // gamma of the aux-loss-free bias update
 
   /// kiln::Error ([CausalLM] ...) naming the first bad field.
   void validate() const;
   /// F as the blocks build it (mlp_hidden, or its default).
   int64_t hidden() const;
+  /// The blocks' nn::MoEOptions (moe_experts > 0).
+  nn::MoEOptions moe_options() const;
   /// One JSON object with every field; enums as names ("rms_norm", "swiglu").
   std::string to_json() const;
   /// Parses and validates to_json's form. Absent fields keep their defaults (so
@@ -129,6 +145,13 @@ class CausalLM : public nn::Module {
   Tensor forward_cached(const Tensor& idx_new, CausalLMCache& cache) const;
 
   std::string extra_repr() const override;
+
+  /// The MoE layers, one per block (empty for a dense model).
+  std::vector<nn::MoE*> moe_layers() const;
+  /// Sum of the MoE layers' balancing losses of the latest forward (an
+  /// untracked 0 for a dense model or with them off). loss() adds it in
+  /// training mode; in eval mode loss() is the cross-entropy alone.
+  Tensor aux_loss() const;
 
   CausalLMConfig config;
   nn::Shared<nn::ModuleDict> transformer;  // wte, wpe, h, ln_f

@@ -17,6 +17,7 @@
 #include "kiln/nn/init.h"
 #include "kiln/nn/linear.h"
 #include "kiln/nn/module.h"
+#include "kiln/nn/moe.h"
 #include "kiln/nn/norm.h"
 #include "kiln/ops/attention.h"
 
@@ -173,6 +174,11 @@ struct TransformerBlockOptions {
   bool bias = true;      // every Linear's bias
   bool norm_bias = true;  // norm1/norm2's bias (false with bias = false: nanoGPT's bias=False)
   AttentionBackend policy = AttentionBackend::Auto;
+  /// A mixture-of-experts FFN (nn::MoE, registered as "moe") in place of
+  /// linear1/linear2 (both null then); every other parameter keeps its name.
+  /// Its experts use moe->activation; `activation` and dim_feedforward are not
+  /// used. Its balancing losses: moe->aux_loss() after forward.
+  std::optional<MoEOptions> moe{};
 };
 
 /// What one TransformerBlock call is told.
@@ -219,6 +225,7 @@ class TransformerBlock : public Module {
   Shared<RMSNorm> rms_norm1;  // only with rms_norm
   Shared<RMSNorm> rms_norm2;
   Shared<Linear> adaLN_modulation;  // C -> 6D, only with adaln_zero
+  Shared<MoE> moe;                  // only with options.moe (then linear1/linear2 are null)
 
  private:
   Tensor norm(int which, const Tensor& x) const;  // norm1 / norm2 whichever kind

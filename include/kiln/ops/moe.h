@@ -1,0 +1,31 @@
+// The mixture-of-experts primitives (nn::MoE, docs/moe.md): grouping token
+// assignments by expert, and the grouped product that runs every expert on
+// its own contiguous run of rows. Letters: M assignments (tokens x top-k),
+// E experts, I / O the product's input / output width.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+/// The assignments sorted by expert.
+struct MoEGroups {
+  Tensor order;                 // [M] i64: order[p] = the assignment at sorted position p
+  std::vector<int64_t> counts;  // [E]: run lengths (tokens routed to each expert)
+};
+
+/// Stable grouping of experts [M] (integer, values in [0, num_experts)) by
+/// expert: expert 0's assignments first, each run in ascending assignment id.
+/// Deterministic. Not differentiable (indices).
+MoEGroups moe_group(const Tensor& experts, int64_t num_experts);
+
+/// x [M, I] whose rows come in runs of group_sizes (E entries summing to M),
+/// weight [E, O, I] -> [M, O]: run e times weight[e]^T (torch: for each
+/// expert, linear(x[run e], weight[e])). Differentiable in x and weight
+/// (first order); empty runs cost nothing and get zero weight gradients.
+Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_sizes);
+
+}  // namespace kiln

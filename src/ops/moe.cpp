@@ -1,0 +1,99 @@
+// The MoE primitives: argument checks, allocation, the calls into the moe
+// kernel family (src/backend/cpu/moe/) and grouped_linear's vjp.
+#include "kiln/ops/moe.h"
+
+#include <numeric>
+
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/record.h"
+#include "src/backend/backend.h"
+#include "src/backend/cpu/moe/moe.h"
+#include "src/ops/checks.h"
+
+namespace kiln {
+
+namespace {
+
+std::string sizes_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+MoEGroups moe_group(const Tensor& experts, int64_t E) {
+  check_defined("moe_group", experts, "experts");
+  backend::device_of("moe_group", experts);
+  KILN_CHECK(E > 0, "moe_group", "num_experts must be positive, got {}", E);
+  KILN_CHECK(experts.dtype() == kI64 || experts.dtype() == kI32, "moe_group",
+             "experts {} must be integer (i64 or i32), got {}", to_string(experts.shape()), name(experts.dtype()));
+  const int64_t M = experts.numel();
+  Tensor ex = Tensor::empty({M}, kI64, experts.device());
+  {
+    const std::vector<int64_t> v = experts.to_vector<int64_t>();
+    for (int64_t i = 0; i < M; ++i) {
+      KILN_CHECK(v[size_t(i)] >= 0 && v[size_t(i)] < E, "moe_group", "experts {}: entry {} is {}, outside [0, {})",
+                 to_string(experts.shape()), i, v[size_t(i)], E);
+      ex.data<int64_t>()[i] = v[size_t(i)];
+    }
+  }
+  MoEGroups g;
+  g.order = Tensor::empty({M}, kI64, experts.device());
+  Tensor counts = Tensor::empty({E}, kI64, experts.device());
+  backend::cpu::moe_group(ex, E, g.order, counts);
+  g.counts.assign(counts.data<int64_t>(), counts.data<int64_t>() + E);
+  return g;
+}
+
+Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& sizes) {
+  check_defined("grouped_linear", x, "input");
+  check_defined("grouped_linear", weight, "weight");
+  backend::device_of("grouped_linear", x, weight);
+  KILN_CHECK(weight.dim() == 3, "grouped_linear", "weight {} must be 3-D [experts, out_features, in_features]",
+             to_string(weight.shape()));
+  KILN_CHECK(x.dim() == 2, "grouped_linear", "input {} must be 2-D [rows, in_features]", to_string(x.shape()));
+  const int64_t E = weight.size(0), O = weight.size(1), I = weight.size(2), M = x.size(0);
+  KILN_CHECK(x.size(1) == I, "grouped_linear", "input {} does not match weight {} (in_features {})",
+             to_string(x.shape()), to_string(weight.shape()), I);
+  KILN_CHECK(x.dtype() == weight.dtype(), "grouped_linear", "dtype mismatch: input {} is {} and weight {} is {}",
+             to_string(x.shape()), name(x.dtype()), to_string(weight.shape()), name(weight.dtype()));
+  KILN_CHECK(is_floating(x.dtype()), "grouped_linear", "input {} must be floating, got {}", to_string(x.shape()),
+             name(x.dtype()));
+  KILN_CHECK(int64_t(sizes.size()) == E, "grouped_linear", "group_sizes {} must have one entry per expert ({})",
+             sizes_str(sizes), E);
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    KILN_CHECK(s >= 0, "grouped_linear", "group_sizes {} has a negative entry", sizes_str(sizes));
+    total += s;
+  }
+  KILN_CHECK(total == M, "grouped_linear", "group_sizes {} add up to {}, but input {} has {} rows", sizes_str(sizes),
+             total, to_string(x.shape()), M);
+
+  const Tensor xc = x.is_contiguous() ? x : x.contiguous();
+  const Tensor wc = weight.is_contiguous() ? weight : weight.contiguous();
+  Tensor out = Tensor::empty({M, O}, x.dtype(), x.device());
+  backend::cpu::grouped_matmul(xc, wc, sizes, out, /*trans_b=*/true);
+
+  if (needs_grad(x, weight)) {
+    record("grouped_linear", {x, weight}, {out}, {needs_grad(weight) ? xc : Tensor(), needs_grad(x) ? wc : Tensor()},
+           [sizes, E, O, I, M](const VjpArgs& v) -> Grads {
+             KILN_CHECK(!GradMode::is_enabled(), "grouped_linear",
+                        "double backward (create_graph) is not supported");
+             const Tensor g = v.grad().is_contiguous() ? v.grad() : v.grad().contiguous();
+             Tensor gx, gw;
+             if (v.needs(0)) {  // gx run e = g run e [n, O] @ weight[e] [O, I]
+               gx = Tensor::empty({M, I}, g.dtype(), g.device());
+               backend::cpu::grouped_matmul(g, v.saved[1], sizes, gx, /*trans_b=*/false);
+             }
+             if (v.needs(1)) {  // gw[e] = g run e ^T [O, n] @ x run e [n, I]
+               gw = Tensor::empty({E, O, I}, g.dtype(), g.device());
+               backend::cpu::grouped_matmul_weight_grad(g, v.saved[0], sizes, gw);
+             }
+             return {gx, gw};
+           });
+  }
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,105 @@
+// `kiln train lm --moe-experts ...` (docs/moe.md): a tiny MoE GPT learns, its
+// metrics.csv carries the routing telemetry, the bias balancing runs, and a
+// resume gives the uninterrupted run's parameters bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "apps/kiln/lm.h"
+#include "kiln/io/checkpoint.h"
+#include "tests/support/apps_testing.h"
+
+namespace kiln::app {
+namespace {
+
+std::string text_file(const std::string& dir, size_t bytes) {
+  std::string text;
+  std::ifstream in(std::string(KILN_SHARED_DATA_DIR) + "/tinyshakespeare.txt", std::ios::binary);
+  if (in.good()) {
+    std::ostringstream s;
+    s << in.rdbuf();
+    text = s.str().substr(0, bytes);
+  }
+  for (int i = 0; text.size() < bytes; ++i) text += "First Citizen:\nBefore we proceed any further, hear me speak.\n\n";
+  text.resize(bytes);
+  const std::string path = dir + "/slice.txt";
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+LmOptions tiny_moe(const std::string& data, const std::string& out, std::ostream* log) {
+  return {.data = data,
+          .n_layer = 1,
+          .n_head = 2,
+          .n_embd = 32,
+          .block_size = 16,
+          .moe_experts = 4,
+          .moe_top_k = 2,
+          .moe_balance = "bias",
+          .iters = 20,
+          .batch_size = 8,
+          .lr = 1e-2,
+          .min_lr = 1e-3,
+          .warmup = 2,
+          .eval_interval = 10,
+          .eval_iters = 4,
+          .seed = 3,
+          .out = out,
+          .log = log,
+          .tty = false};
+}
+
+TEST(MoELmJob, LearnsAndLogsTheTelemetry) {
+  std::string dir = kiln::testing::fresh_dir();
+  std::string data = text_file(dir, 20000);
+  std::ostringstream log;
+  LmOptions o = tiny_moe(data, dir + "/run", &log);
+  o.iters = 60;
+  o.eval_interval = 30;
+  LmResult r = train_lm(o);
+  LanguageModel lm = load_lm(r.checkpoint);
+  EXPECT_EQ(lm.config.moe_experts, 4);
+  EXPECT_EQ(lm.config.moe_balance, nn::MoEBalance::bias);
+  EXPECT_LT(r.val_loss, std::log(double(lm.config.vocab_size)) - 0.7) << log.str();
+  const auto lines = kiln::testing::read_lines(r.csv);
+  ASSERT_EQ(int64_t(lines.size()), 1 + 60);
+  EXPECT_NE(lines[0].find("val/loss,moe/max_violation,moe/running_max_violation,moe/entropy,moe/z_loss,moe/aux_loss,"
+                          "moe/l0/tokens0"),
+            std::string::npos)
+      << lines[0];
+  // The bias moved away from zero (the buffer is in the checkpoint).
+  const std::vector<float> b = lm.model->moe_layers()[0]->expert_bias.to_vector<float>();
+  double moved = 0;
+  for (float v : b) moved += std::abs(v);
+  EXPECT_GT(moved, 0.0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(MoELmJob, ResumeIsExact) {
+  std::string dir = kiln::testing::fresh_dir();
+  std::string data = text_file(dir, 8000);
+  std::ostringstream log;
+  LmOptions whole = tiny_moe(data, dir + "/whole", &log);
+  LmResult a = train_lm(whole);
+  LmOptions part = whole;
+  part.out = dir + "/part";
+  std::filesystem::create_directories(part.out + "/checkpoints");
+  const std::string step10 = dir + "/whole/checkpoints/step-10.safetensors";
+  ASSERT_EQ(io::read_checkpoint_info(step10).progress.global_step, 10) << log.str();
+  std::filesystem::copy_file(a.csv, part.out + "/metrics.csv");
+  part.resume = step10;
+  LmResult b = train_lm(part);
+  EXPECT_EQ(b.iters, 20);
+  EXPECT_EQ(b.val_loss, a.val_loss);
+  LanguageModel ma = load_lm(a.checkpoint), mb = load_lm(b.checkpoint);
+  auto sa = ma.model->state_dict(), sb = mb.model->state_dict();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (const auto& [k, v] : sa) EXPECT_TRUE(kiln::testing::equal(sb.at(k), v)) << k;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kiln::app
