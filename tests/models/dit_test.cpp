@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kiln/autograd/gradcheck.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/models/dit.h"
 #include "kiln/ops/binary.h"
@@ -77,6 +78,32 @@ TEST(DiT, GoldenForwardBackward) {
     }
     EXPECT_GT(checked, 0);
   }
+}
+
+// Finite differences in f64 through the whole model: the input and the
+// AdaLN-Zero weights (given random values so that every branch is live).
+TEST(DiT, Gradcheck) {
+  Rngs rngs(2);
+  nn::Init init(rngs);
+  init.dtype = kF64;
+  DiT dit({.image_size = 4, .in_channels = 1, .patch_size = 2, .hidden_size = 8, .depth = 1, .num_heads = 2,
+           .mlp_ratio = 1.0, .num_classes = 2, .class_dropout = 0.1, .frequency_dim = 8},
+          init);
+  Generator g(3);
+  {
+    NoGradGuard ng;
+    for (auto& [name, p] : dit.named_parameters())
+      if (name.find("adaLN") != std::string::npos || name.find("final_layer.linear") != std::string::npos)
+        copy_(p, mul(randn(p.shape(), g, {.dtype = kF64}), 0.3));
+  }
+  Tensor x = randn({2, 1, 4, 4}, g, {.dtype = kF64}).requires_grad_(true);
+  Tensor t = tensor<double>({0.2, 0.7});
+  Tensor y = tensor<int64_t>({1, 2});
+  const Tensor& ada = dit.blocks->at<DiTBlock>(0)->adaLN_modulation->at<nn::Linear>(1)->weight;
+  const Tensor& fin = dit.final_layer->linear->weight;
+  auto fn = [&](const std::vector<Tensor>& in) { return dit.forward(in[0], t, y); };
+  GradcheckResult r = gradcheck(fn, {x, ada, fin});
+  EXPECT_TRUE(r.ok) << r.message;
 }
 
 TEST(DiT, KeysAreDiTs) {
