@@ -219,6 +219,7 @@ FlowTrainResult train_flow(const FlowTrainOptions& o) {
   // The model is built (and its config checked) before the data is read or --out touched.
   Rngs rngs{{"params", o.seed}, {"flow", o.seed + 1}, {"label_dropout", o.seed + 2}};
   auto dit = std::make_shared<models::DiT>(dit_config, rngs);
+  if (o.bf16) dit->set_compute_dtype(kBF16);
   KILN_CHECK(o.guidance == 1.0 || o.class_dropout > 0, kOp,
              "--guidance {} needs label dropout in training (--class-dropout > 0)", o.guidance);
 
@@ -231,7 +232,7 @@ FlowTrainResult train_flow(const FlowTrainOptions& o) {
 
   json hyper = {{"batch_size", batch_size},   {"lr", o.lr},         {"weight_decay", o.weight_decay},
                 {"grad_clip", o.grad_clip},   {"seed", o.seed},     {"limit", o.limit},
-                {"time_sampling", o.time_sampling}};
+                {"time_sampling", o.time_sampling}, {"bf16", o.bf16}};
   json model = config_json(dit_config);
   json wanted = hyper;
   wanted["model"] = model.dump();  // flat: the architecture must match to resume
@@ -278,8 +279,8 @@ FlowTrainResult train_flow(const FlowTrainOptions& o) {
   callbacks.push_back(std::make_shared<ReleasePreviousRun>(run.folder(), checkpoints));
   train::Trainer trainer(o.epochs, callbacks, {.out = &log, .tty = o.tty, .config = config.dump(), .on_nan = on_nan});
 
-  fmt::print(log, "DiT (D {}, depth {}, heads {}, patch {}): {} parameters · {} images · batch {} · {} epoch{} · {}\n",
-             o.hidden, o.depth, o.heads, o.patch, dit->num_parameters(), train_set->size(), batch_size, o.epochs,
+  fmt::print(log, "DiT (D {}, depth {}, heads {}, patch {}{}): {} parameters · {} images · batch {} · {} epoch{} · {}\n",
+             o.hidden, o.depth, o.heads, o.patch, o.bf16 ? ", bf16 compute" : "", dit->num_parameters(), train_set->size(), batch_size, o.epochs,
              o.epochs == 1 ? "" : "s", threads_and_cpu());
   train::SignalGuard signals;
   run.serve(trainer.control());

@@ -36,6 +36,7 @@ struct FlowTrainOptions {
   std::string pos_embed = "sincos";   // or "learned"
   std::string time_sampling = "uniform";  // or "logit-normal"
   int64_t moe_experts = 0;            // DiTConfig::moe_experts (not wired yet: > 0 is an error)
+  bool bf16 = false;                  // bf16 compute (f32 master weights; docs/mixed_precision.md)
   // The per-epoch sample grid: Euler / Heun, steps, guidance; false: no grids.
   bool grids = true;
   int64_t sample_steps = 50;

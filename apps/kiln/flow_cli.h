@@ -54,6 +54,7 @@ inline std::unique_ptr<FlowCommands> add_flow_commands(CLI::App& app, CLI::App* 
       ->check(CLI::IsMember({"uniform", "logit-normal"}))
       ->capture_default_str();
   add_integer(tf, "--moe-experts", t.moe_experts, "mixture-of-experts FFN experts (0: dense; needs nn::MoE)", 0, 1024);
+  tf->add_flag("--bf16", t.bf16, "compute in bf16 (f32 master weights and optimizer)");
   add_integer(tf, "--sample-steps", t.sample_steps, "ODE steps of the per-epoch sample grid", 1, 1e6);
   tf->add_option("--solver", t.solver, "euler or heun")->check(CLI::IsMember({"euler", "heun"}))->capture_default_str();
   add_real(tf, "--guidance", t.guidance, "classifier-free guidance scale of the grids (1: none)", kAny);

@@ -190,7 +190,10 @@ Tensor DiT::forward(const Tensor& x, const Tensor& t, const Tensor& y) const {
   Tensor c = t_embedder->forward(t);                                           // [B, D]
   if (y_embedder) c = add(c, y_embedder->forward(y));
   for (const auto& b : *blocks) h = static_cast<const DiTBlock&>(*b).forward(h, c);
-  return unpatchify(final_layer->forward(h, c));
+  // With a compute dtype (bf16) the velocity comes back in x's dtype: samplers
+  // and losses keep their state in f32.
+  Tensor v = unpatchify(final_layer->forward(h, c));
+  return v.dtype() == x.dtype() ? v : kiln::to(v, x.dtype());
 }
 
 Tensor DiT::forward(const Tensor& x, const Tensor& t, const Tensor& y, Rngs& rngs) const {
@@ -242,7 +245,7 @@ Tensor sample_dit(DiT& model, const Tensor& labels, const DiTSampleOptions& o, i
   model.eval();
   const int64_t S = model.config.image_size;
   Generator gen(o.seed);
-  const DType dt = model.compute_dtype().value_or(model.final_layer->linear->weight.dtype());
+  const DType dt = model.final_layer->linear->weight.dtype();  // the noise and the ODE state: the parameters' dtype
   Tensor out;
   try {
     out = sample_flow([&](const Tensor& x, const Tensor& t) { return model.guided(x, t, labels, o.guidance); },

@@ -106,6 +106,31 @@ TEST(DiT, Gradcheck) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
+// bf16 compute (f32 master weights): the velocity comes back in f32, close to
+// the f32 model's, and gradients reach the f32 parameters.
+TEST(DiT, Bf16Compute) {
+  Rngs rngs(4);
+  DiT dit(tiny(), rngs);
+  Generator g(6);
+  {
+    NoGradGuard ng;
+    for (auto& [name, p] : dit.named_parameters())
+      if (name.find("adaLN") != std::string::npos || name.find("final_layer.linear") != std::string::npos)
+        copy_(p, mul(randn(p.shape(), g), 0.1));
+  }
+  Tensor x = randn({3, 1, 8, 8}, g), t = rand({3}, g);
+  Tensor y = tensor<int64_t>({0, 1, 3});
+  Tensor ref = dit.forward(x, t, y);
+  dit.set_compute_dtype(kBF16);
+  Tensor v = dit.forward(x, t, y);
+  EXPECT_EQ(v.dtype(), kF32);
+  const double scale = amax(abs(ref), {0, 1, 2, 3}).item<float>();
+  EXPECT_LT(amax(abs(sub(v, ref)), {0, 1, 2, 3}).item<float>(), 0.05 * scale);
+  sum(mul(v, x)).backward();
+  EXPECT_EQ(dit.final_layer->linear->weight.grad().dtype(), kF32);
+  EXPECT_EQ(sample_dit(dit, y, {.steps = 2, .guidance = 2.0}).dtype(), kF32);
+}
+
 TEST(DiT, KeysAreDiTs) {
   Rngs rngs(0);
   DiT dit(tiny(), rngs);

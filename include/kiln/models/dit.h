@@ -137,7 +137,8 @@ class DiT : public nn::Module {
   DiT(const DiTConfig& config, const nn::Init& init);
 
   /// The velocity v(x, t | y): x [B, C, H, W], t [B] (x's dtype), y i64 [B]
-  /// (undefined for an unconditional model; K = the null class) -> [B, C, H, W].
+  /// (undefined for an unconditional model; K = the null class) -> [B, C, H, W]
+  /// in x's dtype (also under a bf16 compute dtype, set_compute_dtype).
   Tensor forward(const Tensor& x, const Tensor& t, const Tensor& y = {}) const;
   /// Training: in training mode with class_dropout > 0 the labels are first
   /// dropped to the null class (rngs.next("label_dropout")).
