@@ -23,6 +23,17 @@ constexpr const char* kDiT = "DiT";
 
 std::string shape_of(const Tensor& t) { return t.defined() ? to_string(t.shape()) : "undefined"; }
 
+// DiT's xavier_uniform_ on every weight seen as 2-D [shape[0], rest]: fan_out
+// = rows, fan_in = the rest (the patch projection's [D, C*p*p] view, the
+// attention's whole qkv [3D, D]), whatever fans the layer itself would pass.
+nn::Initializer xavier_2d() {
+  return [](const Shape& s, nn::Fan, Generator& gen, DType dtype) {
+    int64_t rest = 1;
+    for (size_t i = 1; i < s.size(); ++i) rest *= s[i];
+    return nn::init::xavier_uniform()(s, nn::Fan{rest, s[0]}, gen, dtype);
+  };
+}
+
 nn::Init with(const nn::Init& base, nn::Initializer weight, nn::Initializer bias) {
   nn::Init i = base;
   i.weight = std::move(weight);
@@ -84,7 +95,7 @@ Tensor LabelEmbedding::drop(const Tensor& labels, Generator& gen) const {
 // ---- DiTBlock ----
 
 DiTBlock::DiTBlock(int64_t D, int64_t H, double mlp_ratio, const nn::Init& init) : hidden_size(D) {
-  const nn::Init lin = with(init, nn::init::xavier_uniform(), nn::init::zeros());
+  const nn::Init lin = with(init, xavier_2d(), nn::init::zeros());
   const nn::Init zero = with(init, nn::init::zeros(), nn::init::zeros());
   const int64_t F = std::llround(mlp_ratio * double(D));
   KILN_CHECK(F > 0, "DiTBlock", "mlp_ratio {} gives no FFN width for hidden_size {}", mlp_ratio, D);
@@ -143,7 +154,7 @@ DiT::DiT(const DiTConfig& cfg, const nn::Init& init) : config(cfg), grid(0) {
              cfg.moe_experts);
   grid = cfg.image_size / p;
 
-  const nn::Init lin = with(init, nn::init::xavier_uniform(), nn::init::zeros());
+  const nn::Init lin = with(init, xavier_2d(), nn::init::zeros());
   const nn::Init small = [&] {
     nn::Init i = with(init, nn::init::normal(0.0, 0.02), nn::init::zeros());
     i.embedding = nn::init::normal(0.0, 0.02);

@@ -3,6 +3,7 @@
 // start (output exactly 0, every block the identity), classifier-free
 // guidance and label dropout, sampling, and the errors.
 #include <algorithm>
+#include <cmath>
 
 #include <gtest/gtest.h>
 
@@ -142,6 +143,14 @@ TEST(DiT, KeysAreDiTs) {
                         "final_layer.linear.weight", "final_layer.adaLN_modulation.1.bias"})
     EXPECT_TRUE(has(s)) << s;
   EXPECT_EQ(dit.y_embedder->embedding_table->num_embeddings, 4);  // 3 classes + the null class
+  // DiT's xavier_uniform on 2-D views: qkv [3D, D] as a whole, the patch conv as [D, C*p*p].
+  auto max_abs = [](const Tensor& w) { return amax(abs(w.flatten()), {0}).item<float>(); };
+  const double qkv_bound = std::sqrt(6.0 / (16 + 48)), patch_bound = std::sqrt(6.0 / (16 + 16));
+  const Tensor& qkv = dit.blocks->at<DiTBlock>(0)->attn->in_proj_weight;
+  EXPECT_LE(max_abs(qkv), qkv_bound);
+  EXPECT_GT(max_abs(qkv), 0.95 * qkv_bound);
+  EXPECT_LE(max_abs(dit.x_embedder->proj->weight), patch_bound);
+  EXPECT_GT(max_abs(dit.x_embedder->proj->weight), 0.95 * patch_bound);
   // The fixed position embedding is state, not a parameter; the learned one is a parameter.
   for (const auto& [name, p] : dit.named_parameters()) EXPECT_NE(name, "pos_embed");
   DiTConfig lc = tiny();

@@ -130,9 +130,10 @@ class FinalLayer : public nn::Module {
 
 class DiT : public nn::Module {
  public:
-  /// Parameters as DiT's initialize_weights: every Linear xavier_uniform with
-  /// zero bias, the patch projection xavier_uniform over its [D, C*p*p] view,
-  /// label table and time MLP N(0, 0.02), modulations and final linear zero.
+  /// Parameters as DiT's initialize_weights: every Linear (and the attention's
+  /// whole [3D, D] in_proj) xavier_uniform with zero bias, the patch projection
+  /// xavier_uniform over its [D, C*p*p] view, label table and time MLP
+  /// N(0, 0.02), modulations and final linear zero.
   /// init supplies the generator, dtype and device (its initializers are not used).
   DiT(const DiTConfig& config, const nn::Init& init);
 
