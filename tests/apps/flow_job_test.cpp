@@ -9,6 +9,7 @@
 
 #include "apps/kiln/fashion_mnist.h"
 #include "apps/kiln/flow.h"
+#include "tests/apps/cli_runner.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/random.h"
@@ -104,6 +105,25 @@ TEST(FlowJob, OptionErrors) {
   EXPECT_KILN_ERROR(train_flow(o), "--solver must be euler or heun, got 'rk4'");
   EXPECT_FALSE(std::filesystem::exists(dir + "/x"));  // nothing written
   EXPECT_KILN_ERROR(load_flow(dir + "/none"), "no such file or folder");
+}
+
+// The tool itself: usage errors exit 2, job errors 1, each one line.
+TEST(FlowJob, CommandLine) {
+  const std::string dir = kiln::testing::fresh_dir();
+  kiln::testing::CliResult r = kiln::testing::run_cli({"train", "flow", "mnist"}, dir);
+  EXPECT_EQ(r.status, 2) << r.err;
+  r = kiln::testing::run_cli({"sample", "flow", "--class", "3"}, dir);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("--checkpoint is required"), std::string::npos) << r.err;
+  r = kiln::testing::run_cli({"sample", "flow", "--checkpoint", dir + "/none"}, dir);
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("kiln: error: [load_flow] " + dir + "/none: no such file or folder"), std::string::npos) << r.err;
+  r = kiln::testing::run_cli({"train", "flow", "fashion-mnist", "--patch", "5", "--out", dir + "/run"}, dir);
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("image_size 28 is not divisible by patch_size 5"), std::string::npos) << r.err;
+  r = kiln::testing::run_cli({"eval", "flow", "--checkpoint", dir}, dir);
+  EXPECT_EQ(r.status, 2) << r.err;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(FrechetDistance, ClosedForms) {
