@@ -171,5 +171,6 @@ void rl_ppo_benches(std::vector<Bench>& out);       // ppo_cartpole: rl_ppo_benc
 void train_mamba_benches(std::vector<Bench>& out);  // mamba_lm: train_mamba_bench.cpp
 void train_vqvae_benches(std::vector<Bench>& out);  // vqvae_b128, vqvae_rvq4_b128: train_vqvae_bench.cpp
 void moe_benches(std::vector<Bench>& out);          // moe_gpt_char: moe_bench.cpp
+void dit_benches(std::vector<Bench>& out);          // dit_b64 (flow matching DiT step): dit_bench.cpp
 
 }  // namespace bench

@@ -121,6 +121,7 @@ std::vector<Bench> all_benches() {
   train_mamba_benches(out);
   train_vqvae_benches(out);
   moe_benches(out);
+  dit_benches(out);
   return out;
 }
 

@@ -3,6 +3,7 @@
 //                            [--threads N] [--out DIR] [--resume [latest|PATH]] [--overwrite] ...
 //   kiln train vqvae fashion-mnist [--codebook-size K] [--levels L] [--epochs N] ... (apps/kiln/vqvae.h)
 //   kiln train lm --data FILE [--tokenizer char|byte|bpe] [--iters N] [--lr X] ... (apps/kiln/lm.h)
+//   kiln train flow fashion-mnist ... | kiln sample flow ... | kiln eval flow ... (apps/kiln/flow.h)
 //   kiln generate --checkpoint PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
 //                 [--top-p P] [--seed S] (apps/kiln/generate.h)
 //   kiln rl ppo cartpole|pendulum [--total-steps N] [--envs N] [--eval-every N] [--eval-episodes N] ...
@@ -34,6 +35,7 @@
 #include "apps/kiln/control_socket.h"
 #include "apps/kiln/fashion_mnist.h"
 #include "apps/kiln/vqvae_cli.h"
+#include "apps/kiln/flow_cli.h"
 #include "apps/kiln/generate.h"
 #include "apps/kiln/lm.h"
 #include "apps/kiln/rl.h"
@@ -161,6 +163,9 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"stop", "skip"}))
       ->capture_default_str();
 
+  // kiln train flow fashion-mnist, kiln sample flow, kiln eval flow (apps/kiln/flow_cli.h).
+  auto flow = kiln::app::add_flow_commands(app, train);
+
   // kiln rl <algorithm> <env>: one subcommand per algorithm under `rl`, each
   // with its environments as positional choices.
   auto* rl = app.add_subcommand("rl", "train a reinforcement-learning agent");
@@ -235,6 +240,7 @@ int run(int argc, char** argv) {
     return exit_status(kiln::app::train_fashion_mnist(o).signal);
   }
   if (vqvae.command->parsed()) return kiln::app::run_vqvae_command(vqvae);
+  if (auto status = kiln::app::run_flow_commands(*flow)) return *status;
   if (lm->parsed()) {
     finish_run_flags(l_flags, l);
     return exit_status(kiln::app::train_lm(l).signal);
