@@ -1,6 +1,8 @@
 // Creation ops.
 #include "kiln/ops/creation.h"
 
+#include "kiln/core/replay.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -28,7 +30,7 @@ Tensor empty(const Shape& shape, TensorOptions opts) {
 
 Tensor full(const Shape& shape, Scalar value, TensorOptions opts) {
   Tensor t = empty_for("full", shape, opts.dtype, opts.device);
-  backend::cpu::fill(t, value);
+  KILN_LAUNCH("fill", backend::cpu::fill(t, value));
   return finish(t, opts);
 }
 
@@ -144,7 +146,7 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype, void (*deleter)(vo
 
 void copy_to_buffer(const Tensor& src, void* dst) {
   Tensor out = from_blob(dst, src.shape(), src.dtype());
-  backend::cpu::copy(src, out);
+  KILN_LAUNCH("copy", backend::cpu::copy(src, out));
 }
 
 }  // namespace kiln
