@@ -13,6 +13,7 @@
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
 #include "src/backend/backend.h"
+#include "src/backend/cpu/copy/copy.h"
 #include "src/backend/cpu/nn/loss.h"
 #include "src/ops/checks.h"
 

@@ -98,7 +98,9 @@ struct Argmax {
   Tensor plane_indices() const {
     if (indices.defined()) return indices;
     Tensor idx = Tensor::empty(taps.shape(), kI64, taps.device());
-    KILN_LAUNCH("max_pool2d_2x2_indices", backend::cpu::max_pool2d_2x2_indices(g, taps, idx));
+    const MaxPoolGeom geom = g;  // copies: a recorded launch must not reach this struct
+    const Tensor t = taps;
+    KILN_LAUNCH("max_pool2d_2x2_indices", backend::cpu::max_pool2d_2x2_indices(geom, t, idx));
     return idx;
   }
 };
