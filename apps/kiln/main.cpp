@@ -113,6 +113,7 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   add_integer(fashion, "--limit", o.limit, "train on the first N images only (0: all)", 0, kMaxBatch);
   add_integer(fashion, "--test-limit", o.test_limit, "test on the first N images only (0: all)", 0, kMaxBatch);
+  fashion->add_flag("--compile", o.compile, "record the training step once and replay it (same results; docs/compile.md)");
 
   auto* lm = train->add_subcommand("lm", "a GPT language model on a text file (nanoGPT's shakespeare_char recipe)");
   kiln::app::LmOptions l;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -15,7 +16,11 @@
 #include "kiln/core/replay.h"
 #include "kiln/core/storage.h"
 #include "kiln/nn/module.h"
+#include "kiln/ops/loss.h"
 #include "kiln/ops/shape.h"
+#include "kiln/optim/optimizer.h"
+#include "kiln/train/metrics.h"
+#include "kiln/train/steps.h"
 
 namespace kiln::train {
 
@@ -251,5 +256,44 @@ int64_t CompiledStep::replays() const { return impl_->replays; }
 int64_t CompiledStep::eager_calls() const { return impl_->eager; }
 const CaptureEvidence& CompiledStep::evidence() const { return impl_->evidence; }
 void CompiledStep::request_recapture() { impl_->entries.clear(); }
+
+Tensor update_guarded(const Tensor& loss, optim::Optimizer& opt) {
+  Tensor applied = Tensor::empty({}, kBool);
+  loss.backward();
+  optim::Optimizer* o = &opt;
+  auto apply = [loss, o, applied] {
+    const bool ok = std::isfinite(loss.item<double>()) && grads_finite(*o);
+    if (ok) o->step();
+    applied.data<bool>()[0] = ok;
+  };
+  // One launch: the finiteness test reads values, so it runs again at replay.
+  if (replay::active()) replay::launch("update_guarded", apply);
+  else apply();
+  opt.zero_grad();
+  return applied;
+}
+
+void CompiledTask::init(CompileOptions options) {
+  if (options.modules.empty()) options.modules.push_back(&model());
+  step_ = std::make_unique<CompiledStep>(
+      [this](const std::vector<Tensor>& in) {
+        Tensor logits = forward()(in[0]);  // [B, C]
+        Tensor loss = cross_entropy(logits, in[1]);
+        Tensor applied = update_guarded(loss, optimizer());
+        return std::vector<Tensor>{loss, logits, applied};
+      },
+      std::move(options));
+}
+
+StepResult CompiledTask::training_step(const data::Batch& batch) {
+  std::vector<Tensor> out = (*step_)({batch.input, batch.target});
+  // The predictions before the update, as classification_step reports them.
+  return {out[0].item<double>(), batch.size(), count_correct(out[1], batch.target), out[2].item<bool>()};
+}
+
+std::string CompiledTask::recapture() {
+  step_->request_recapture();
+  return "the compiled step records again at the next step";
+}
 
 }  // namespace kiln::train

@@ -143,6 +143,7 @@ class Control::TrainerLoop final : public Controllable {
   std::string set_option(const std::string& name, double value) override {
     return set_optimizer_option(t_.task().optimizer(), name, value, &t_.logs());
   }
+  std::string recapture() override { return t_.task().recapture(); }
 
  private:
   Trainer& t_;

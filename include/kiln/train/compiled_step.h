@@ -40,12 +40,10 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
+#include "kiln/train/task.h"
 
 namespace kiln {
 class Generator;
-namespace nn {
-class Module;
-}
 }  // namespace kiln
 
 namespace kiln::train {
@@ -115,6 +113,36 @@ class CompiledStep {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+/// train::update (steps.h) in a form a compiled step can replay: backward,
+/// then one launch that applies the optimizer step only when the loss and
+/// every gradient are finite, then zero_grad. Returns whether it applied as
+/// a 0-dim bool tensor, refilled by each replay (a host bool would be fixed
+/// at recording). Parameters and optimizer state end as update() leaves them;
+/// unlike update(), the backward runs even for a non-finite loss.
+Tensor update_guarded(const Tensor& loss, optim::Optimizer& opt);
+
+/// A classification Task (Task's default: cross entropy of logits [B, C]
+/// against class indices [B]) whose training_step is a CompiledStep over the
+/// forward, the loss and update_guarded: the StepResult classification_step
+/// gives (loss, count, correct before the update, applied), bit for bit.
+/// Validation steps run eagerly. `kiln train fashion-mnist --compile`.
+class CompiledTask : public Task {
+ public:
+  template <nn::ModuleType M>
+  CompiledTask(nn::Shared<M> model, optim::Optimizer& optimizer, Rngs* rngs = nullptr, CompileOptions options = {})
+      : Task(model, optimizer, rngs) {
+    init(std::move(options));
+  }
+  StepResult training_step(const data::Batch& batch) override;
+  /// Drops the recordings (RequestRecapture): the next step records again.
+  std::string recapture() override;
+  CompiledStep& compiled() { return *step_; }
+
+ private:
+  void init(CompileOptions options);
+  std::unique_ptr<CompiledStep> step_;
 };
 
 }  // namespace kiln::train
