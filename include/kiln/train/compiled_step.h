@@ -76,9 +76,9 @@ struct CompileOptions {
   /// Modules the step runs: their train/eval mode and which parameters hold a
   /// gradient enter the signature, and their generators (Dropout's) may be
   /// drawn from at replay.
-  std::vector<nn::Module*> modules;
+  std::vector<nn::Module*> modules = {};
   /// Other generators the step draws from (they must outlive the CompiledStep).
-  std::vector<Generator*> generators;
+  std::vector<Generator*> generators = {};
   /// Recordings kept (one per signature); the oldest is dropped beyond.
   size_t max_recordings = 8;
   /// Print the evidence to stderr when a signature is recorded or rejected.
