@@ -162,6 +162,7 @@ int run(int argc, char** argv) {
   add_integer(ppo, "--eval-every", ppo_o.eval_every, "environment steps between evaluations and checkpoints (0: only at the end)",
               0, kMaxCount);
   add_integer(ppo, "--eval-episodes", ppo_o.eval_episodes, "episodes per deterministic evaluation", 1, 1e6);
+  ppo->add_flag("--compile", ppo_o.compile, "record the minibatch update once and replay it (same results; docs/compile.md)");
 
   // DQN (CartPole) and SAC (Pendulum) with CleanRL's defaults (docs/rl_offpolicy.md).
   kiln::app::OffPolicyJobOptions dqn_o{.algo = "dqn"}, sac_o{.algo = "sac"};
