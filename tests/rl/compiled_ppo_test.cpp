@@ -6,6 +6,7 @@
 
 #include "kiln/rl/make_env.h"
 #include "kiln/rl/ppo.h"
+#include "kiln/train/compiled_step.h"
 #include "tests/support/rl_testing.h"
 
 namespace kiln::rl {
@@ -43,6 +44,9 @@ TEST_P(CompiledPpo, IsBitwiseEager) {
     EXPECT_EQ(se.clipfrac, sc.clipfrac);
   }
   EXPECT_TRUE(compiled.ppo.done());
+  ASSERT_NE(compiled.ppo.compiled_step(), nullptr);
+  EXPECT_EQ(compiled.ppo.compiled_step()->recordings(), 1) << compiled.ppo.compiled_step()->evidence().str();
+  EXPECT_EQ(compiled.ppo.compiled_step()->replays(), 6 * 2 * 4 - 1);
   expect_equal_state(eager.agent.state_dict(), compiled.agent.state_dict());
   expect_equal_state(eager.ppo.optimizer().state_dict(), compiled.ppo.optimizer().state_dict());
   EXPECT_EQ(eager.ppo.optimizer().step_count(), 6 * 2 * 4);

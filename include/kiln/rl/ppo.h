@@ -119,6 +119,8 @@ class PPO : public io::Stateful {
   optim::Adam& optimizer() { return *optimizer_; }
   const RolloutStorage& rollout() const { return rollout_; }
   ActorCritic& agent() { return agent_; }
+  /// options.compile: the compiled minibatch update (null before the first update).
+  const train::CompiledStep* compiled_step() const { return compiled_.get(); }
 
   /// Progress, generator states and the reward scaler's statistics.
   io::State state() const override;
