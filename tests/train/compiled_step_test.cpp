@@ -176,6 +176,33 @@ TEST(CompiledStep, NewSignatureRecordsAgainAndOldOneStillReplays) {
   expect_same_parameters(eager.net, compiled.net);
 }
 
+TEST(CompiledStep, GradientsAccumulatedOverCallsAddToTheLiveGradient) {
+  // Gradient accumulation: the step only runs backward; the update comes
+  // after every 3 calls, outside. The first call assigns gradients, later
+  // ones add: two signatures, and the adding one must read the live grad().
+  Mlp eager(0.0), compiled(0.0);
+  auto body = [](Mlp& m, const std::vector<Tensor>& in) {
+    Tensor loss = cross_entropy(m.net.forward(in[0]), in[1]);
+    loss.backward();
+    return std::vector<Tensor>{loss};
+  };
+  CompiledStep step([&](const std::vector<Tensor>& in) { return body(compiled, in); }, {.modules = {&compiled.net}});
+  for (int64_t i = 0; i < 12; ++i) {
+    float le = body(eager, batch(i))[0].item<float>();
+    float lc = step(batch(i))[0].item<float>();
+    ASSERT_EQ(bits(le), bits(lc)) << "call " << i;
+    if (i % 3 == 2) {
+      eager.opt.step();
+      eager.opt.zero_grad();
+      compiled.opt.step();
+      compiled.opt.zero_grad();
+    }
+  }
+  expect_same_parameters(eager.net, compiled.net);
+  EXPECT_EQ(step.recordings(), 2);
+  EXPECT_EQ(step.replays(), 10);
+}
+
 TEST(CompiledStep, ItemInsideTheStepIsRejectedByNameAndRunsEagerly) {
   Mlp eager, compiled;
   double seen = 0;
