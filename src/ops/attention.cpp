@@ -274,9 +274,8 @@ Tensor causal_mask(int64_t T) {
 Tensor causal_mask(int64_t Tq, int64_t Tk) {
   KILN_CHECK(Tq >= 0 && Tk >= 0, "causal_mask", "sizes must be >= 0, got Tq {} and Tk {}", Tq, Tk);
   Tensor m = Tensor::empty({1, 1, Tq, Tk}, kBool);
-  bool* d = m.data<bool>();
-  for (int64_t i = 0; i < Tq; ++i)
-    for (int64_t j = 0; j < Tk; ++j) d[i * Tk + j] = j <= i + (Tk - Tq);
+  KILN_LAUNCH("causal_mask", bool* d = m.data<bool>(); for (int64_t i = 0; i < Tq; ++i) for (int64_t j = 0; j < Tk; ++j)
+                                 d[i * Tk + j] = j <= i + (Tk - Tq));
   return m;
 }
 
