@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "kiln/core/error.h"
+#include "kiln/core/replay.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
