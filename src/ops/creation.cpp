@@ -111,12 +111,13 @@ Tensor tensor(const std::vector<T>& data, const Shape& shape) {
   KILN_CHECK(int64_t(data.size()) == n, "tensor", "{} values do not fill shape {} ({} elements)", data.size(),
              to_string(shape), n);
   Tensor t = empty_for("tensor", shape, dtype_v<T>);
-  if constexpr (std::is_same_v<T, bool>) {
+  // A recorded launch holds its own copy of the values (a constant of the step).
+  KILN_LAUNCH("tensor", if constexpr (std::is_same_v<T, bool>) {
     bool* p = t.data<bool>();
     for (size_t i = 0; i < data.size(); ++i) p[i] = data[i];
   } else {
     if (!data.empty()) std::memcpy(t.data_ptr(), data.data(), data.size() * sizeof(T));
-  }
+  });
   return t;
 }
 

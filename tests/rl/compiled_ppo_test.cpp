@@ -46,7 +46,7 @@ TEST_P(CompiledPpo, IsBitwiseEager) {
   EXPECT_TRUE(compiled.ppo.done());
   ASSERT_NE(compiled.ppo.compiled_step(), nullptr);
   EXPECT_EQ(compiled.ppo.compiled_step()->recordings(), 1) << compiled.ppo.compiled_step()->evidence().str();
-  EXPECT_EQ(compiled.ppo.compiled_step()->replays(), 6 * 2 * 4 - 1);
+  EXPECT_EQ(compiled.ppo.compiled_step()->replays(), 6 * 2 * 4 - 1) << compiled.ppo.compiled_step()->evidence().str();
   expect_equal_state(eager.agent.state_dict(), compiled.agent.state_dict());
   expect_equal_state(eager.ppo.optimizer().state_dict(), compiled.ppo.optimizer().state_dict());
   EXPECT_EQ(eager.ppo.optimizer().step_count(), 6 * 2 * 4);
