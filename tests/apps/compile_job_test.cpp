@@ -54,7 +54,7 @@ FashionMnistResult fashion(const std::string& dir, bool compile, int64_t epochs,
 }
 
 TEST(CompileJob, FashionMnistWithCompileIsTheEagerRunAndResumesAcross) {
-  const std::string eager = kiln::testing::fresh_dir(), compiled = kiln::testing::fresh_dir();
+  const std::string base = kiln::testing::fresh_dir(), eager = base + "/eager", compiled = base + "/compiled";
   FashionMnistResult e1 = fashion(eager, false, 1), c1 = fashion(compiled, true, 1);
   EXPECT_EQ(e1.test_accuracy, c1.test_accuracy);
   EXPECT_EQ(losses(e1.csv), losses(c1.csv));
@@ -65,12 +65,11 @@ TEST(CompileJob, FashionMnistWithCompileIsTheEagerRunAndResumesAcross) {
   EXPECT_EQ(e2.test_accuracy, c2.test_accuracy);
   EXPECT_EQ(losses(e2.csv), losses(c2.csv));
   expect_same_checkpoint(e2.checkpoint, c2.checkpoint);
-  std::filesystem::remove_all(eager);
-  std::filesystem::remove_all(compiled);
+  std::filesystem::remove_all(base);
 }
 
 TEST(CompileJob, PpoWithCompileIsTheEagerRun) {
-  const std::string eager = kiln::testing::fresh_dir(), compiled = kiln::testing::fresh_dir();
+  const std::string base = kiln::testing::fresh_dir(), eager = base + "/eager", compiled = base + "/compiled";
   std::ostringstream log;
   auto run = [&](const std::string& dir, bool compile) {
     return run_ppo({.env = "cartpole", .total_steps = 4096, .envs = 4, .out = dir, .eval_every = 2048,
@@ -81,8 +80,7 @@ TEST(CompileJob, PpoWithCompileIsTheEagerRun) {
   EXPECT_EQ(e.eval_return, c.eval_return);
   EXPECT_EQ(losses(e.csv), losses(c.csv));
   expect_same_checkpoint(e.checkpoint, c.checkpoint);
-  std::filesystem::remove_all(eager);
-  std::filesystem::remove_all(compiled);
+  std::filesystem::remove_all(base);
 }
 
 }  // namespace
