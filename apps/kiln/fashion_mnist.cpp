@@ -145,6 +145,11 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   } catch (const train::NonFiniteLoss& e) {
     fail_on_nan(kOp, e, checkpoints->latest());
   }
+  if (auto* compiled = dynamic_cast<train::CompiledTask*>(task.get()); compiled && compiled->compiled().recordings() > 0) {
+    const train::CompiledStep& c = compiled->compiled();
+    fmt::print(log, "compiled step: {} recording{}, {} replays, {} eager steps\n{}", c.recordings(),
+               c.recordings() == 1 ? "" : "s", c.replays(), c.eager_calls(), c.evidence().str());
+  }
   // The test accuracy of the weights training ended with: Validation's last
   // evaluation (after the last epoch, or at train end for a run stopped
   // mid-epoch; restored from the checkpoint when nothing was left to train).

@@ -46,8 +46,13 @@ std::vector<std::string> losses(const std::string& csv) {
   return out;
 }
 
-FashionMnistResult fashion(const std::string& dir, bool compile, int64_t epochs, const std::string& resume = "") {
+std::ostringstream& fashion_log() {
   static std::ostringstream log;
+  return log;
+}
+
+FashionMnistResult fashion(const std::string& dir, bool compile, int64_t epochs, const std::string& resume = "") {
+  std::ostringstream& log = fashion_log();
   FashionMnistOptions o{.model = "mlp", .epochs = epochs, .threads = 1, .out = dir, .resume = resume,
                         .limit = 640, .test_limit = 200, .compile = compile, .log = &log, .tty = false};
   return train_fashion_mnist(o);
@@ -56,6 +61,9 @@ FashionMnistResult fashion(const std::string& dir, bool compile, int64_t epochs,
 TEST(CompileJob, FashionMnistWithCompileIsTheEagerRunAndResumesAcross) {
   const std::string base = kiln::testing::fresh_dir(), eager = base + "/eager", compiled = base + "/compiled";
   FashionMnistResult e1 = fashion(eager, false, 1), c1 = fashion(compiled, true, 1);
+  // 640 / 64 = 10 steps: one recording, nine replays (the log says so).
+  EXPECT_NE(fashion_log().str().find("compiled step: 1 recording, 9 replays, 0 eager steps"), std::string::npos)
+      << fashion_log().str();
   EXPECT_EQ(e1.test_accuracy, c1.test_accuracy);
   EXPECT_EQ(losses(e1.csv), losses(c1.csv));
   expect_same_checkpoint(e1.checkpoint, c1.checkpoint);
