@@ -172,5 +172,6 @@ void train_mamba_benches(std::vector<Bench>& out);  // mamba_lm: train_mamba_ben
 void train_vqvae_benches(std::vector<Bench>& out);  // vqvae_b128, vqvae_rvq4_b128: train_vqvae_bench.cpp
 void moe_benches(std::vector<Bench>& out);          // moe_gpt_char: moe_bench.cpp
 void dit_benches(std::vector<Bench>& out);          // dit_b64 (flow matching DiT step): dit_bench.cpp
+void compile_benches(std::vector<Bench>& out);      // the workloads compiled (*_compiled): compile_bench.cpp
 
 }  // namespace bench

@@ -122,6 +122,7 @@ std::vector<Bench> all_benches() {
   train_vqvae_benches(out);
   moe_benches(out);
   dit_benches(out);
+  compile_benches(out);
   return out;
 }
 

@@ -27,7 +27,8 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kClient = "kiln control";
-constexpr const char* kCommands = "status, pause, resume, stop, checkpoint, evaluate, set NAME=VALUE";
+constexpr const char* kCommands =
+    "status, pause, resume, stop, checkpoint, evaluate, set NAME=VALUE, request_recapture, request_rebuild";
 constexpr size_t kMaxLine = 64 * 1024;  // a request is a few dozen bytes
 constexpr int kAnswerSeconds = 60;      // how long the server waits for the job to apply a command
 
@@ -101,6 +102,7 @@ json status(const train::Control& control) {
           {"max_epochs", s.max_epochs},
           {"steps_per_epoch", s.steps_per_epoch},
           {"elapsed", s.elapsed},
+          {"revision", s.revision},
           {"logs", logs}};
 }
 
@@ -119,6 +121,8 @@ json answer_control_request(train::Control& control, const std::string& line) {
   else if (name == "stop") command = train::Command::stop();
   else if (name == "checkpoint") command = train::Command::checkpoint();
   else if (name == "evaluate") command = train::Command::evaluate();
+  else if (name == "request_recapture") command = train::Command::request_recapture();
+  else if (name == "request_rebuild") command = train::Command::request_rebuild();
   else if (name == "set") {
     const json option = request.value("name", json());
     const json value = request.value("value", json());
@@ -228,7 +232,8 @@ json control_request(const std::vector<std::string>& words) {
   KILN_CHECK(!words.empty(), kClient, "no command given (commands: {})", kCommands);
   const std::string& name = words[0];
   const bool plain = name == "status" || name == "pause" || name == "resume" || name == "stop" ||
-                     name == "checkpoint" || name == "evaluate";
+                     name == "checkpoint" || name == "evaluate" || name == "request_recapture" ||
+                     name == "request_rebuild";
   KILN_CHECK(plain || name == "set", kClient, "unknown command '{}' (commands: {})", name, kCommands);
   if (plain) {
     KILN_CHECK(words.size() == 1, kClient, "{} takes no argument, got '{}'", name, words[1]);

@@ -28,6 +28,7 @@
 #include "kiln/train/callbacks/stop_on_signal.h"
 #include "kiln/train/callbacks/summary.h"
 #include "kiln/train/callbacks/validation.h"
+#include "kiln/train/compiled_step.h"
 #include "kiln/train/signal_guard.h"
 #include "kiln/train/trainer.h"
 
@@ -103,7 +104,10 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   Rngs rngs{{"params", o.seed}, {"dropout", o.seed + 1}};
   nn::Shared<nn::Sequential> model = o.model == "cnn" ? models::image_cnn(rngs) : models::image_mlp(rngs);
   optim::AdamW opt(model->parameters(), {.lr = o.lr, .weight_decay = o.weight_decay});
-  train::Task task(model, opt, &rngs);
+  // --compile: the training step is recorded once and replayed (docs/compile.md);
+  // results and checkpoints are the eager step's, so a run may resume either way.
+  std::unique_ptr<train::Task> task = o.compile ? std::make_unique<train::CompiledTask>(model, opt, &rngs)
+                                                : std::make_unique<train::Task>(model, opt, &rngs);
   auto schedule = std::make_shared<optim::CosineScheduler>(
       optim::CosineOptions{.max_lr = o.lr, .min_lr = o.lr / 100, .total_steps = epochs * train_loader.size()});
 
@@ -137,9 +141,14 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   train::SignalGuard signals;  // SIGINT/SIGTERM: finish the step, save, exit 130/143
   run.serve(trainer.control());  // kiln control RUN_DIR ... (docs/live_control.md)
   try {
-    trainer.fit(task, train_loader, resume);
+    trainer.fit(*task, train_loader, resume);
   } catch (const train::NonFiniteLoss& e) {
     fail_on_nan(kOp, e, checkpoints->latest());
+  }
+  if (auto* compiled = dynamic_cast<train::CompiledTask*>(task.get()); compiled && compiled->compiled().recordings() > 0) {
+    const train::CompiledStep& c = compiled->compiled();
+    fmt::print(log, "compiled step: {} recording{}, {} replays, {} eager steps\n{}", c.recordings(),
+               c.recordings() == 1 ? "" : "s", c.replays(), c.eager_calls(), c.evidence().str());
   }
   // The test accuracy of the weights training ended with: Validation's last
   // evaluation (after the last epoch, or at train end for a run stopped

@@ -119,6 +119,7 @@ int run(int argc, char** argv) {
   add_integer(fashion, "--test-limit", o.test_limit, "test on the first N images only (0: all)", 0, kMaxBatch);
   kiln::app::VqvaeCommand vqvae;  // kiln train vqvae fashion-mnist (apps/kiln/vqvae_cli.h)
   kiln::app::add_vqvae_command(train, vqvae);
+  fashion->add_flag("--compile", o.compile, "record the training step once and replay it (same results; docs/compile.md)");
 
   auto* lm = train->add_subcommand("lm", "a GPT language model on a text file (nanoGPT's shakespeare_char recipe)");
   kiln::app::LmOptions l;
@@ -185,6 +186,7 @@ int run(int argc, char** argv) {
   add_integer(ppo, "--eval-every", ppo_o.eval_every, "environment steps between evaluations and checkpoints (0: only at the end)",
               0, kMaxCount);
   add_integer(ppo, "--eval-episodes", ppo_o.eval_episodes, "episodes per deterministic evaluation", 1, 1e6);
+  ppo->add_flag("--compile", ppo_o.compile, "record the minibatch update once and replay it (same results; docs/compile.md)");
 
   // DQN (CartPole) and SAC (Pendulum) with CleanRL's defaults (docs/rl_offpolicy.md).
   kiln::app::OffPolicyJobOptions dqn_o{.algo = "dqn"}, sac_o{.algo = "sac"};

@@ -66,6 +66,7 @@ PPOJobResult run_ppo(const PPOJobOptions& o) {
   if (o.total_steps > 0) p.ppo.total_timesteps = o.total_steps;
   if (o.envs > 0) p.num_envs = o.envs;
   p.ppo.seed = o.seed;
+  p.ppo.compile = o.compile;  // not a hyper-parameter: the same results, so a run resumes either way
   auto env = rl::make_vector_env(p.env, p.num_envs);
   auto eval_env = rl::make_vector_env(p.env, o.eval_episodes);  // one episode per copy
   Rngs rngs{{"params", o.seed}};

@@ -26,6 +26,7 @@ struct PPOJobOptions {
   int64_t eval_every = 10'000;   // environment steps between evaluations and checkpoints (0: only at the end)
   int64_t eval_episodes = 10;    // episodes per evaluation (on as many environments)
   int64_t max_iterations = 0;    // stop after this many iterations in this process (0: run to the end)
+  bool compile = false;          // minibatch updates recorded once and replayed (docs/compile.md); same results
   std::ostream* log = nullptr;   // where output goes; nullptr: std::cout
 };
 

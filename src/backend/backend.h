@@ -4,6 +4,7 @@
 
 #include "kiln/core/backends.h"
 #include "kiln/core/error.h"
+#include "kiln/core/replay.h"
 #include "kiln/core/tensor.h"
 
 // NOTE [Backend dispatch]
@@ -37,6 +38,7 @@ namespace kiln::backend {
 ///   Device d = backend::device_of("add", a, b);
 template <class... Ts>
 Device device_of(const char* op, const Ts&... tensors) {
+  replay::note_op(op);  // names the op in a rejected recording (kiln/core/replay.h)
   Device d = kCPU;
   bool first = true;
   auto visit = [&](const Tensor& t) {

@@ -5,11 +5,13 @@
 #include "kiln/core/allocator.h"
 #include "kiln/core/backends.h"
 #include "kiln/core/error.h"
+#include "kiln/core/replay.h"
 
 namespace kiln {
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device), owned_(true) {
   data_ = detail::allocate(nbytes, device);
+  if (replay::recording()) [[unlikely]] replay::detail::state().rec->note_born();
 }
 
 Storage::Storage(void* data, size_t nbytes, Device device, void (*deleter)(void*, void*), void* ctx)

@@ -5,6 +5,7 @@
 
 #include "kiln/core/backends.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/core/replay.h"
 #include "kiln/core/size_check.h"
 
 namespace kiln {
@@ -70,6 +71,7 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::data_ptr() const {
   KILN_CHECK(defined(), "data_ptr", "undefined tensor");
+  if (replay::recording()) [[unlikely]] replay::on_data_access(impl_->storage);
   return static_cast<char*>(impl_->storage->data()) + impl_->offset * kiln::itemsize(impl_->dtype);
 }
 
@@ -104,6 +106,7 @@ void for_each_element(const Tensor& t, Fn&& fn) {
 template <class T>
 T Tensor::item() const {
   KILN_CHECK(defined(), "item", "undefined tensor");
+  replay::host_read("item");
   KILN_CHECK(numel() == 1, "item", "tensor of shape {} has {} elements, expected 1", to_string(shape()), numel());
   return dispatch(dtype(), [&](auto tag) {
     using S = typename decltype(tag)::type;
@@ -114,6 +117,7 @@ T Tensor::item() const {
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   KILN_CHECK(defined(), "to_vector", "undefined tensor");
+  replay::host_read("to_vector");
   std::vector<T> out;
   out.reserve(size_t(numel()));
   dispatch(dtype(), [&](auto tag) {
@@ -164,6 +168,7 @@ void Tensor::set_grad(const Tensor& g) const {
                to_string(shape()), name(dtype()));
   if (!g.defined() && !impl_->autograd) return;
   impl_->autograd_meta().grad = g.impl_;
+  if (replay::active()) [[unlikely]] replay::on_set_grad(impl_, g.impl_);
 }
 
 const std::shared_ptr<Node>& Tensor::grad_fn() const {

@@ -216,7 +216,7 @@ AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const P
   const backend::cpu::AttentionShape s = kernel_shape(p);
   Tensor out = empty_heads(q, p.B, p.H, p.Tq, p.Dv);
   Tensor lse = Tensor::empty({p.B, p.H, p.Tq}, q.dtype(), q.device());  // +inf marks a fully masked row
-  backend::cpu::flash_attention_forward(s, unit_rows(q), unit_rows(k), unit_rows(v), out, lse);
+  KILN_LAUNCH("flash_attention_forward", backend::cpu::flash_attention_forward(s, unit_rows(q), unit_rows(k), unit_rows(v), out, lse));
   if (needs_grad(q, k, v)) {
     // Saves q, k, v as given (double backward needs them in the graph), out and lse.
     record(kOp, {q, k, v}, {out}, {q, k, v, out, lse}, [s, p](const VjpArgs& a) -> Grads {
@@ -240,8 +240,9 @@ AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const P
         dk = empty_heads(k, p.B, p.H, p.Tk, p.Dh);
         dv = empty_heads(v, p.B, p.H, p.Tk, p.Dv);
       }
-      backend::cpu::flash_attention_backward(s, unit_rows(q), unit_rows(k), unit_rows(v), a.saved[3], a.grad(), a.saved[4],
-                                    dq, dk, dv);
+      const Tensor out = a.saved[3], g = a.grad(), lse = a.saved[4];
+      KILN_LAUNCH("flash_attention_backward", backend::cpu::flash_attention_backward(s, unit_rows(q), unit_rows(k),
+                                                                                     unit_rows(v), out, g, lse, dq, dk, dv));
       return {a.needs(0) ? dq : Tensor(), a.needs(1) ? dk : Tensor(), a.needs(2) ? dv : Tensor()};
     });
   }
@@ -273,9 +274,8 @@ Tensor causal_mask(int64_t T) {
 Tensor causal_mask(int64_t Tq, int64_t Tk) {
   KILN_CHECK(Tq >= 0 && Tk >= 0, "causal_mask", "sizes must be >= 0, got Tq {} and Tk {}", Tq, Tk);
   Tensor m = Tensor::empty({1, 1, Tq, Tk}, kBool);
-  bool* d = m.data<bool>();
-  for (int64_t i = 0; i < Tq; ++i)
-    for (int64_t j = 0; j < Tk; ++j) d[i * Tk + j] = j <= i + (Tk - Tq);
+  KILN_LAUNCH("causal_mask", bool* d = m.data<bool>(); for (int64_t i = 0; i < Tq; ++i) for (int64_t j = 0; j < Tk; ++j)
+                                 d[i * Tk + j] = j <= i + (Tk - Tq));
   return m;
 }
 

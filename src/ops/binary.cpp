@@ -33,8 +33,8 @@ Tensor binary_forward(const char* op, BinaryOp k, const Tensor& a, const Tensor&
   check_defined(op, a, "a");
   check_defined(op, b, "b");
   Tensor out = Tensor::empty(broadcast_shapes(op, a.shape(), b.shape()), ot, backend::device_of(op, a, b));
-  if (a.dtype() == ct && b.dtype() == ct) backend::cpu::binary(k, out, a, b, p);
-  else backend::cpu::binary(k, out, backend::cpu::convert(a, ct), backend::cpu::convert(b, ct), p);
+  if (a.dtype() == ct && b.dtype() == ct) KILN_LAUNCH(op, backend::cpu::binary(k, out, a, b, p));
+  else KILN_LAUNCH(op, backend::cpu::binary(k, out, backend::cpu::convert(a, ct), backend::cpu::convert(b, ct), p));
   return out;
 }
 
@@ -43,8 +43,8 @@ Tensor scalar_forward(const char* op, BinaryOp k, const Tensor& a, Scalar s, DTy
                       bool reversed = false) {
   check_defined(op, a, "a");
   Tensor out = Tensor::empty(a.shape(), ot, a.device());
-  if (a.dtype() == ct) backend::cpu::binary_scalar(k, out, a, s, reversed);
-  else backend::cpu::binary_scalar(k, out, backend::cpu::convert(a, ct), s, reversed);
+  if (a.dtype() == ct) KILN_LAUNCH(op, backend::cpu::binary_scalar(k, out, a, s, reversed));
+  else KILN_LAUNCH(op, backend::cpu::binary_scalar(k, out, backend::cpu::convert(a, ct), s, reversed));
   return out;
 }
 
@@ -92,7 +92,7 @@ Tensor inplace_operand(const Tensor& self, const Tensor& other) {
   if (other.data_ptr() == self.data_ptr() && other.shape() == self.shape() && other.strides() == self.strides())
     return other;
   Tensor c = Tensor::empty(other.shape(), other.dtype(), other.device());
-  backend::cpu::copy(other, c);
+  KILN_LAUNCH("copy", backend::cpu::copy(other, c));
   return c;
 }
 
@@ -100,22 +100,22 @@ Tensor inplace_operand(const Tensor& self, const Tensor& other) {
 void inplace_compute(BinaryOp k, const Tensor& self, const Tensor& other, DType ct, OpParams p = {}) {
   Tensor o = inplace_operand(self, other);
   if (self.dtype() == ct) {
-    backend::cpu::binary(k, self, self, backend::cpu::convert(o, ct), p);
+    KILN_LAUNCH("inplace", backend::cpu::binary(k, self, self, backend::cpu::convert(o, ct), p));
   } else {
     Tensor tmp = Tensor::empty(self.shape(), ct, self.device());
-    backend::cpu::binary(k, tmp, backend::cpu::convert(self, ct), backend::cpu::convert(o, ct), p);
-    backend::cpu::copy(tmp, self);
+    KILN_LAUNCH("inplace", backend::cpu::binary(k, tmp, backend::cpu::convert(self, ct), backend::cpu::convert(o, ct), p);
+                           KILN_LAUNCH("copy", backend::cpu::copy(tmp, self)));
   }
   self.storage()->bump_version();
 }
 
 void inplace_compute(BinaryOp k, const Tensor& self, Scalar s, DType ct) {
   if (self.dtype() == ct) {
-    backend::cpu::binary_scalar(k, self, self, s);
+    KILN_LAUNCH("inplace", backend::cpu::binary_scalar(k, self, self, s));
   } else {
     Tensor tmp = Tensor::empty(self.shape(), ct, self.device());
-    backend::cpu::binary_scalar(k, tmp, backend::cpu::convert(self, ct), s);
-    backend::cpu::copy(tmp, self);
+    KILN_LAUNCH("inplace", backend::cpu::binary_scalar(k, tmp, backend::cpu::convert(self, ct), s);
+                           KILN_LAUNCH("copy", backend::cpu::copy(tmp, self)));
   }
   self.storage()->bump_version();
 }
@@ -369,7 +369,7 @@ Tensor div_(const Tensor& a, Scalar b) {
 Tensor fill_(const Tensor& a, Scalar value) {
   check_defined("fill_", a, "self");
   check_inplace("fill_", a);
-  backend::cpu::fill(a, value);
+  KILN_LAUNCH("fill_", backend::cpu::fill(a, value));
   a.storage()->bump_version();
   if (needs_grad(a)) record("fill_", {a}, {a}, {}, [](const VjpArgs& v) -> Grads { return {zeros_like(v.grad())}; });
   return a;
@@ -378,7 +378,7 @@ Tensor fill_(const Tensor& a, Scalar value) {
 Tensor zero_(const Tensor& a) {
   check_defined("zero_", a, "self");
   check_inplace("zero_", a);
-  backend::cpu::fill(a, 0);
+  KILN_LAUNCH("zero_", backend::cpu::fill(a, 0));
   a.storage()->bump_version();
   if (needs_grad(a)) record("zero_", {a}, {a}, {}, [](const VjpArgs& v) -> Grads { return {zeros_like(v.grad())}; });
   return a;
@@ -434,7 +434,7 @@ Tensor pow(const Tensor& a, Scalar exponent) {
   Tensor out;
   if (exponent.to_double() == 2.0 && a.dtype() == t) {
     out = Tensor::empty(a.shape(), t, a.device());
-    backend::cpu::unary(backend::cpu::UnaryOp::square, out, a);
+    KILN_LAUNCH("unary", backend::cpu::unary(backend::cpu::UnaryOp::square, out, a));
   } else {
     out = scalar_forward("pow", BinaryOp::pow, a, exponent, t, t);
   }
@@ -467,7 +467,7 @@ Tensor pow_(const Tensor& a, Scalar exponent) {
   check_inplace_scalar("pow_", a, t);
   Tensor a_old = needs_grad(a) ? clone(a) : Tensor();
   if (exponent.to_double() == 2.0 && a.dtype() == t) {
-    backend::cpu::unary(backend::cpu::UnaryOp::square, a, a);
+    KILN_LAUNCH("unary", backend::cpu::unary(backend::cpu::UnaryOp::square, a, a));
     a.storage()->bump_version();
   } else {
     inplace_compute(BinaryOp::pow, a, exponent, t);
@@ -538,7 +538,7 @@ Tensor logical_xor(const Tensor& a, const Tensor& b) { return compare("logical_x
 Tensor logical_not(const Tensor& a) {
   check_defined("logical_not", a, "a");
   Tensor out = Tensor::empty(a.shape(), kBool, a.device());
-  backend::cpu::unary(backend::cpu::UnaryOp::logical_not, out, a);
+  KILN_LAUNCH("unary", backend::cpu::unary(backend::cpu::UnaryOp::logical_not, out, a));
   return out;
 }
 
@@ -563,14 +563,14 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
 Tensor isnan(const Tensor& a) {
   check_defined("isnan", a, "a");
   Tensor out = Tensor::empty(a.shape(), kBool, a.device());
-  backend::cpu::unary(backend::cpu::UnaryOp::isnan, out, a);
+  KILN_LAUNCH("unary", backend::cpu::unary(backend::cpu::UnaryOp::isnan, out, a));
   return out;
 }
 
 Tensor isfinite(const Tensor& a) {
   check_defined("isfinite", a, "a");
   Tensor out = Tensor::empty(a.shape(), kBool, a.device());
-  backend::cpu::unary(backend::cpu::UnaryOp::isfinite, out, a);
+  KILN_LAUNCH("unary", backend::cpu::unary(backend::cpu::UnaryOp::isfinite, out, a));
   return out;
 }
 
@@ -591,7 +591,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   DType t = result_type(a, b);
   Shape s = broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
   Tensor out = Tensor::empty(s, t, a.device());
-  backend::cpu::where(out, cond, backend::cpu::convert(a, t), backend::cpu::convert(b, t));
+  KILN_LAUNCH("where", backend::cpu::where(out, cond, backend::cpu::convert(a, t), backend::cpu::convert(b, t)));
   if (needs_grad(a, b))
     record("where", {a, b}, {out}, {cond},
            [sa = a.shape(), sb = b.shape(), ta = a.dtype(), tb = b.dtype()](const VjpArgs& v) -> Grads {
@@ -606,7 +606,7 @@ namespace {
 // cond ? s : x (scalar_if_true) or cond ? x : s, in dtype t.
 Tensor where_scalar(const char* op, const Tensor& cond, const Tensor& x, Scalar s, bool scalar_if_true, DType t) {
   Tensor out = Tensor::empty(broadcast_shapes(op, cond.shape(), x.shape()), t, x.device());
-  backend::cpu::where_scalar(out, cond, backend::cpu::convert(x, t), s, scalar_if_true);
+  KILN_LAUNCH("where_scalar", backend::cpu::where_scalar(out, cond, backend::cpu::convert(x, t), s, scalar_if_true));
   if (needs_grad(x))
     record(op, {x}, {out}, {cond}, [sx = x.shape(), tx = x.dtype(), scalar_if_true](const VjpArgs& v) -> Grads {
       const Tensor& c = v.saved[0];
@@ -643,7 +643,7 @@ Tensor masked_fill_(const Tensor& x, const Tensor& mask, Scalar value) {
   check_no_internal_overlap("masked_fill_", x);
   check_inplace("masked_fill_", x);
   Tensor m = inplace_operand(x, mask);
-  backend::cpu::where_scalar(x, m, x, value, true);
+  KILN_LAUNCH("where_scalar", backend::cpu::where_scalar(x, m, x, value, true));
   x.storage()->bump_version();
   if (needs_grad(x))
     record("masked_fill_", {x}, {x}, {m}, [](const VjpArgs& v) -> Grads { return {where(v.saved[0], 0, v.grad())}; });

@@ -4,6 +4,7 @@
 
 #include "kiln/core/backends.h"
 #include "kiln/core/error.h"
+#include "kiln/core/replay.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln {
@@ -14,6 +15,7 @@ namespace kiln {
 inline void check_defined(const char* op, const Tensor& t, const char* arg = "input") {
   KILN_CHECK(t.defined(), op, "{} is an undefined tensor", arg);
   check_device(op, t.device());
+  replay::note_op(op);  // names the op in a rejected recording (kiln/core/replay.h)
 }
 
 }  // namespace kiln

@@ -35,7 +35,7 @@ Tensor bias_grad(const Tensor& g) { return sum(g, {0, 2, 3}); }
 
 Tensor conv_fwd(const char* op, const ConvGeom& g, const Tensor& large, const Tensor& w, const Tensor& bias) {
   Tensor small = Tensor::empty({g.B, g.O, g.OH, g.OW}, large.dtype(), large.device());
-  backend::cpu::conv_forward(g, large, w, bias.defined() ? &bias : nullptr, small);
+  KILN_LAUNCH(op, backend::cpu::conv_forward(g, large, w, bias.defined() ? &bias : nullptr, small));
   if (needs_grad(large, w, bias)) {
     record(op, {large, w, bias}, {small}, {needs_grad(w) ? large : Tensor(), needs_grad(large) ? w : Tensor()},
            [op, g](const VjpArgs& a) -> Grads {
@@ -52,7 +52,7 @@ Tensor conv_fwd(const char* op, const ConvGeom& g, const Tensor& large, const Te
 
 Tensor conv_bwd_data(const char* op, const ConvGeom& g, const Tensor& small, const Tensor& w, const Tensor& bias) {
   Tensor large = Tensor::empty({g.B, g.C, g.H, g.W}, small.dtype(), small.device());
-  backend::cpu::conv_backward_data(g, small, w, bias.defined() ? &bias : nullptr, large);
+  KILN_LAUNCH(op, backend::cpu::conv_backward_data(g, small, w, bias.defined() ? &bias : nullptr, large));
   if (needs_grad(small, w, bias)) {
     record(op, {small, w, bias}, {large}, {needs_grad(w) ? small : Tensor(), needs_grad(small) ? w : Tensor()},
            [op, g](const VjpArgs& a) -> Grads {
@@ -72,7 +72,7 @@ std::pair<Tensor, Tensor> conv_bwd_w(const char* op, const ConvGeom& g, const Te
   const DType dt = large.dtype();
   Tensor gw = Tensor::empty({g.O, g.C / g.groups, g.KH, g.KW}, dt, large.device());
   Tensor gb = with_bias ? Tensor::empty({g.O}, dt, large.device()) : Tensor();
-  backend::cpu::conv_backward_weights(g, large, small, gw, with_bias ? &gb : nullptr);
+  KILN_LAUNCH(op, backend::cpu::conv_backward_weights(g, large, small, gw, with_bias ? &gb : nullptr));
   if (needs_grad(large, small)) {
     // Bilinear in (large, small): d/dlarge = conv^T(small, Gw);
     // d/dsmall = conv(large, Gw) + Gb broadcast over batch and space.

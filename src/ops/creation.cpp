@@ -1,6 +1,8 @@
 // Creation ops.
 #include "kiln/ops/creation.h"
 
+#include "kiln/core/replay.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -17,7 +19,7 @@ Tensor finish(Tensor t, const TensorOptions& opts) {
 
 Tensor zeros_named(const char* op, const Shape& shape, TensorOptions opts) {
   Tensor t = empty_for(op, shape, opts.dtype, opts.device);
-  std::memset(t.data_ptr(), 0, size_t(t.nbytes()));
+  KILN_LAUNCH(op, std::memset(t.data_ptr(), 0, size_t(t.nbytes())));
   return t;
 }
 }  // namespace
@@ -28,7 +30,7 @@ Tensor empty(const Shape& shape, TensorOptions opts) {
 
 Tensor full(const Shape& shape, Scalar value, TensorOptions opts) {
   Tensor t = empty_for("full", shape, opts.dtype, opts.device);
-  backend::cpu::fill(t, value);
+  KILN_LAUNCH("fill", backend::cpu::fill(t, value));
   return finish(t, opts);
 }
 
@@ -60,16 +62,18 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions opts) {
              s, e, st, count);
   int64_t n = int64_t(count);
   Tensor t = empty_for("arange", {n}, opts.dtype, opts.device);
-  dispatch(opts.dtype, [&](auto tag) {
+  // Read only for integer dtypes: a floating bound beyond int64 must not be converted.
+  const bool integral = !is_floating(opts.dtype);
+  const int64_t is = integral ? start.to_int() : 0, ist = integral ? step.to_int() : 0;
+  KILN_LAUNCH("arange", dispatch(opts.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = t.data<T>();
     if constexpr (std::is_integral_v<T>) {
-      int64_t is = start.to_int(), ist = step.to_int();
       for (int64_t i = 0; i < n; ++i) p[i] = T(is + i * ist);
     } else {
       for (int64_t i = 0; i < n; ++i) p[i] = T(s + double(i) * st);
     }
-  });
+  }));
   return finish(t, opts);
 }
 
@@ -77,7 +81,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
   KILN_CHECK(steps >= 0, "linspace", "number of steps must be non-negative, got {}", steps);
   Tensor t = empty_for("linspace", {steps}, opts.dtype, opts.device);
   double step = steps > 1 ? (end - start) / double(steps - 1) : 0.0;
-  dispatch(opts.dtype, [&](auto tag) {
+  KILN_LAUNCH("linspace", dispatch(opts.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = t.data<T>();
     // Like torch: the first half counts up from start, the second half down
@@ -85,7 +89,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
     int64_t half = steps / 2;
     for (int64_t i = 0; i < steps; ++i)
       p[i] = T(i < half || steps == 1 ? start + step * double(i) : end - step * double(steps - 1 - i));
-  });
+  }));
   return finish(t, opts);
 }
 
@@ -93,11 +97,11 @@ Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
   if (m < 0) m = n;
   KILN_CHECK(n >= 0, "eye", "n must be non-negative, got {}", n);
   Tensor t = zeros_named("eye", {n, m}, opts);
-  dispatch(opts.dtype, [&](auto tag) {
+  KILN_LAUNCH("eye", dispatch(opts.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = t.data<T>();
     for (int64_t i = 0; i < std::min(n, m); ++i) p[i * m + i] = T(1);
-  });
+  }));
   return finish(t, opts);
 }
 
@@ -107,12 +111,13 @@ Tensor tensor(const std::vector<T>& data, const Shape& shape) {
   KILN_CHECK(int64_t(data.size()) == n, "tensor", "{} values do not fill shape {} ({} elements)", data.size(),
              to_string(shape), n);
   Tensor t = empty_for("tensor", shape, dtype_v<T>);
-  if constexpr (std::is_same_v<T, bool>) {
+  // A recorded launch holds its own copy of the values (a constant of the step).
+  KILN_LAUNCH("tensor", if constexpr (std::is_same_v<T, bool>) {
     bool* p = t.data<bool>();
     for (size_t i = 0; i < data.size(); ++i) p[i] = data[i];
   } else {
     if (!data.empty()) std::memcpy(t.data_ptr(), data.data(), data.size() * sizeof(T));
-  }
+  });
   return t;
 }
 
@@ -144,7 +149,7 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype, void (*deleter)(vo
 
 void copy_to_buffer(const Tensor& src, void* dst) {
   Tensor out = from_blob(dst, src.shape(), src.dtype());
-  backend::cpu::copy(src, out);
+  KILN_LAUNCH("copy", backend::cpu::copy(src, out));
 }
 
 }  // namespace kiln

@@ -23,8 +23,10 @@ void check_index_dtype(const char* op, const Tensor& index, const char* what = "
 // Throws unless every index lies in [0, size) for dim `dim` of `x`.
 void check_range(const char* op, const Tensor& index, int64_t dim, const Tensor& x) {
   int64_t size = x.dim() ? x.shape()[size_t(dim)] : 1;
-  if (auto bad = backend::cpu::find_bad_index(index, size))
-    KILN_FAIL(op, "index {} is out of range for dim {} of size {} (input {})", *bad, dim, size, to_string(x.shape()));
+  // A launch: the check reads the indices' values, so a replay checks each new batch.
+  const Shape xs = x.shape();
+  KILN_LAUNCH(op, if (auto bad = backend::cpu::find_bad_index(index, size))
+    KILN_FAIL(op, "index {} is out of range for dim {} of size {} (input {})", *bad, dim, size, to_string(xs)));
 }
 
 // A 0-dim tensor seen as [1] (gather and scatter treat scalars as 1-D).
@@ -77,7 +79,7 @@ Tensor src_grad(const Tensor& g, int64_t d, const Tensor& index, const Shape& sr
 // The copy of x that a scatter writes into.
 Tensor copy_of(const Tensor& x) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  backend::cpu::copy(x, out);
+  KILN_LAUNCH("copy", backend::cpu::copy(x, out));
   return out;
 }
 
@@ -86,7 +88,7 @@ Tensor copy_of(const Tensor& x) {
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   int64_t d = check_gather_scatter("gather", x, dim, index, nullptr);
   Tensor out = Tensor::empty(index.shape(), x.dtype(), x.device());
-  backend::cpu::gather(as_1d(x), d, as_1d(index), as_1d(out));
+  KILN_LAUNCH("gather", backend::cpu::gather(as_1d(x), d, as_1d(index), as_1d(out)));
   if (needs_grad(x))
     record("gather", {x}, {out}, {index}, [d, in = x.shape()](const VjpArgs& a) -> Grads {
       return {scatter_add(zeros(in, {.dtype = a.grad().dtype(), .device = a.grad().device()}), d, a.saved[0], a.grad())};
@@ -97,7 +99,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   int64_t d = check_gather_scatter("scatter", x, dim, index, &src);
   Tensor out = copy_of(x);
-  backend::cpu::scatter(as_1d(out), d, as_1d(index), as_1d(src), backend::cpu::ScatterMode::assign);
+  KILN_LAUNCH("scatter", backend::cpu::scatter(as_1d(out), d, as_1d(index), as_1d(src), backend::cpu::ScatterMode::assign));
   if (needs_grad(x, src))
     record("scatter", {x, src}, {out}, {index}, [d, ss = src.shape()](const VjpArgs& a) -> Grads {
       const Tensor& g = a.grad();
@@ -110,7 +112,7 @@ Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& 
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, Scalar value) {
   int64_t d = check_gather_scatter("scatter", x, dim, index, nullptr);
   Tensor out = copy_of(x);
-  backend::cpu::scatter_fill(as_1d(out), d, as_1d(index), value);
+  KILN_LAUNCH("scatter_fill", backend::cpu::scatter_fill(as_1d(out), d, as_1d(index), value));
   if (needs_grad(x))
     record("scatter", {x}, {out}, {index}, [d](const VjpArgs& a) -> Grads {
       return {scatter(a.grad(), d, a.saved[0], 0)};
@@ -121,7 +123,7 @@ Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, Scalar value) 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   int64_t d = check_gather_scatter("scatter_add", x, dim, index, &src);
   Tensor out = copy_of(x);
-  backend::cpu::scatter(as_1d(out), d, as_1d(index), as_1d(src), backend::cpu::ScatterMode::add);
+  KILN_LAUNCH("scatter", backend::cpu::scatter(as_1d(out), d, as_1d(index), as_1d(src), backend::cpu::ScatterMode::add));
   if (needs_grad(x, src))
     record("scatter_add", {x, src}, {out}, {index}, [d, ss = src.shape()](const VjpArgs& a) -> Grads {
       return {a.needs(0) ? a.grad() : Tensor(), a.needs(1) ? src_grad(a.grad(), d, a.saved[0], ss) : Tensor()};
@@ -148,7 +150,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Shape s = x.shape();
   s[size_t(d)] = index.numel();
   Tensor out = Tensor::empty(s, x.dtype(), x.device());
-  backend::cpu::index_select(x, d, index, out);
+  KILN_LAUNCH("index_select", backend::cpu::index_select(x, d, index, out));
   if (needs_grad(x))
     record("index_select", {x}, {out}, {index}, [d, in = x.shape()](const VjpArgs& a) -> Grads {
       return {index_add(zeros(in, {.dtype = a.grad().dtype(), .device = a.grad().device()}), d, a.saved[0], a.grad())};
@@ -166,7 +168,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   KILN_CHECK(src.dtype() == x.dtype(), "index_add", "src has dtype {}, expected {} like input", name(src.dtype()),
              name(x.dtype()));
   Tensor out = copy_of(x);
-  backend::cpu::index_add(out, d, index, src);
+  KILN_LAUNCH("index_add", backend::cpu::index_add(out, d, index, src));
   if (needs_grad(x, src))
     record("index_add", {x, src}, {out}, {index}, [d](const VjpArgs& a) -> Grads {
       return {a.needs(0) ? a.grad() : Tensor(), a.needs(1) ? index_select(a.grad(), d, a.saved[0]) : Tensor()};
@@ -186,9 +188,10 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
                to_string(weight.shape()));
     if (*padding_idx < 0) *padding_idx += V;
   }
-  if (auto bad = backend::cpu::find_bad_index(indices, V))
+  // A launch: the check reads the indices' values, so a replay checks each new batch.
+  KILN_LAUNCH("embedding", if (auto bad = backend::cpu::find_bad_index(indices, V))
     KILN_FAIL("embedding", "index {} is out of range for {} embeddings (weight {})", *bad, V,
-              to_string(weight.shape()));
+              to_string(weight.shape())));
   // [...] indices -> [N] rows of weight -> [..., D].
   Tensor flat = indices.is_contiguous() ? Tensor::make_view(indices.storage(), {indices.numel()}, {1},
                                                             indices.storage_offset(), indices.dtype())
@@ -196,7 +199,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   Shape s = indices.shape();
   s.push_back(D);
   Tensor out = Tensor::empty(s, weight.dtype(), weight.device());
-  backend::cpu::index_select(weight, 0, flat, Tensor::make_view(out.storage(), {flat.numel(), D}, {D, 1}, 0, out.dtype()));
+  KILN_LAUNCH("index_select", backend::cpu::index_select(weight, 0, flat, Tensor::make_view(out.storage(), {flat.numel(), D}, {D, 1}, 0, out.dtype())));
   if (needs_grad(weight))
     record("embedding", {weight}, {out}, {flat}, [V, D, padding_idx](const VjpArgs& a) -> Grads {
       const Tensor& idx = a.saved[0];
@@ -223,7 +226,7 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   Shape s = indices.shape();
   s.push_back(num_classes);
   Tensor out = Tensor::empty(s, kI64, indices.device());
-  backend::cpu::one_hot(indices, out);
+  KILN_LAUNCH("one_hot", backend::cpu::one_hot(indices, out));
   return out;
 }
 

@@ -62,7 +62,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
     used.push_back(x);
   }
   Tensor out = Tensor::empty(s, dtype, ref.device());
-  backend::cpu::cat(used, d, out);
+  KILN_LAUNCH("cat", backend::cpu::cat(used, d, out));
   if (is_floating(dtype) && needs_grad(std::span<const Tensor>(xs))) {
     // Per input: where its slice starts along d, its size and dtype (-1: skipped).
     struct Part {
@@ -224,7 +224,7 @@ Tensor flip(const Tensor& x, const Shape& dims) {
     st[size_t(d)] = -st[size_t(d)];
   }
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (out.numel() > 0) backend::cpu::copy(alias(x, x.shape(), st, off), out);
+  if (out.numel() > 0) KILN_LAUNCH("copy", backend::cpu::copy(alias(x, x.shape(), st, off), out));
   if (needs_grad(x)) record("flip", {x}, {out}, {}, [dims](const VjpArgs& a) -> Grads { return {flip(a.grad(), dims)}; });
   return out;
 }
@@ -269,7 +269,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad_, Scalar value) {
     len[d] = std::min(len[d], s[d]);
   }
   Tensor out = full(s, value, {.dtype = x.dtype(), .device = x.device()});
-  if (numel(len) > 0) backend::cpu::copy(window(x, src_start, len), window(out, dst_start, len));
+  if (numel(len) > 0) KILN_LAUNCH("copy", backend::cpu::copy(window(x, src_start, len), window(out, dst_start, len)));
   if (needs_grad(x))
     record("pad", {x}, {out}, {}, [pad_](const VjpArgs& a) -> Grads {
       // Cropping undoes padding and zero-padding undoes cropping.
@@ -305,7 +305,7 @@ Tensor triangle(const char* op, const Tensor& x, int64_t k, bool lower) {
   check_defined(op, x);
   KILN_CHECK(x.dim() >= 2, op, "input {} has {} dims, expected at least 2", to_string(x.shape()), x.dim());
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  backend::cpu::triangle(x, k, lower, out);
+  KILN_LAUNCH("triangle", backend::cpu::triangle(x, k, lower, out));
   if (needs_grad(x))
     record(op, {x}, {out}, {}, [k, lower](const VjpArgs& a) -> Grads {
       return {lower ? tril(a.grad(), k) : triu(a.grad(), k)};

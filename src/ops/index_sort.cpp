@@ -21,7 +21,7 @@ std::pair<Tensor, Tensor> sorted_prefix(const char* op, const Tensor& x, int64_t
   auto row = [](const Tensor& t) {
     return t.dim() ? t : Tensor::make_view(t.storage(), {1}, {1}, t.storage_offset(), t.dtype());
   };
-  backend::cpu::sort(row(x), d, descending, row(values), row(indices));
+  KILN_LAUNCH(op, backend::cpu::sort(row(x), d, descending, row(values), row(indices)));
   if (needs_grad(x))
     record(op, {x}, {values}, {indices}, [d, in = x.shape()](const VjpArgs& a) -> Grads {
       return {scatter(zeros(in, {.dtype = a.grad().dtype(), .device = a.grad().device()}), d, a.saved[0], a.grad())};

@@ -68,7 +68,7 @@ Shape product_shape(const char* op, const Tensor& a, const Tensor& b) {
 // with broadcast batch dims, both operands >= 2-D and already checked.
 Tensor product(const char* op, const Tensor& a, const Tensor& b) {
   Tensor out = Tensor::empty(product_shape(op, a, b), a.dtype(), a.device());
-  backend::cpu::matmul(a, b, out);
+  KILN_LAUNCH("matmul", backend::cpu::matmul(a, b, out));
   if (needs_grad(a, b)) {
     // grad_a = g @ b^T and grad_b = a^T @ g, summed over broadcast batch dims.
     // Each needs only the other operand.
@@ -153,7 +153,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor o2 = vec ? raw_view(out, {1, O}, {O, 1}) : out;
   backend::cpu::MatmulEpilogue ep;
   if (bias.defined()) ep.bias = &bias;
-  backend::cpu::matmul(x2, raw_transpose(weight), o2, ep);
+  // The epilogue points at the bias: a replay rebuilds it over its own copy of the handle.
+  KILN_LAUNCH("linear", backend::cpu::MatmulEpilogue e = ep; if (bias.defined()) e.bias = &bias;
+              backend::cpu::matmul(x2, raw_transpose(weight), o2, e));
 
   if (needs_grad(x, weight, bias)) {
     // g [..., O]: grad_x = g @ W; grad_W = g^T x over all leading dims
@@ -172,11 +174,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                  Shape xs = g.shape();
                  xs[xs.size() - 1] = I;
                  gx = Tensor::empty(xs, g.dtype(), g.device());
-                 backend::cpu::matmul(raw_view(g, {rows, O}, {O, 1}), w, raw_view(gx, {rows, I}, {I, 1}));
+                 KILN_LAUNCH("matmul", backend::cpu::matmul(raw_view(g, {rows, O}, {O, 1}), w, raw_view(gx, {rows, I}, {I, 1})));
                }
                if (v.needs(1)) {
                  gw = Tensor::empty({O, I}, g.dtype(), g.device());
-                 backend::cpu::matmul(raw_view(g, {O, rows}, {1, O}), raw_view(x, {rows, I}, {I, 1}), gw);
+                 KILN_LAUNCH("matmul", backend::cpu::matmul(raw_view(g, {O, rows}, {1, O}), raw_view(x, {rows, I}, {I, 1}), gw));
                }
                if (v.needs(2)) gb = sum_to(g, {O});
                return {gx, gw, gb};
@@ -221,10 +223,11 @@ Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta,
     row = raw_view(input, {N}, {input.strides()[input.dim() - 1]});
     ep.bias = &row;
   } else if (beta.to_double() != 0.0) {
-    backend::cpu::copy(input, out);  // beta * input enters through oneDNN's sum post-op
+    KILN_LAUNCH("copy", backend::cpu::copy(input, out));  // beta * input enters through oneDNN's sum post-op
     ep.beta = beta;
   }
-  backend::cpu::matmul(a, b, out, ep);
+  KILN_LAUNCH("addmm", backend::cpu::MatmulEpilogue e = ep; if (row.defined()) e.bias = &row;
+              backend::cpu::matmul(a, b, out, e));
 
   if (needs_grad(input, a, b)) {
     record("addmm", {input, a, b}, {out}, {needs_grad(b) ? a : Tensor(), needs_grad(a) ? b : Tensor()},
@@ -258,8 +261,9 @@ Tensor dot(const Tensor& a, const Tensor& b) {
   KILN_CHECK(b.shape()[0] == K, "dot", "sizes differ: a {} and b {}", to_string(a.shape()), to_string(b.shape()));
   // [1, K] @ [K, 1] -> [1, 1], viewed as a 0-dim result.
   Tensor out = Tensor::empty({}, a.dtype(), a.device());
-  backend::cpu::matmul(raw_view(a, {1, K}, {K * a.strides()[0], a.strides()[0]}),
-              raw_view(b, {K, 1}, {b.strides()[0], K * b.strides()[0]}), raw_view(out, {1, 1}, {1, 1}));
+  KILN_LAUNCH("dot", backend::cpu::matmul(raw_view(a, {1, K}, {K * a.strides()[0], a.strides()[0]}),
+                                          raw_view(b, {K, 1}, {b.strides()[0], K * b.strides()[0]}),
+                                          raw_view(out, {1, 1}, {1, 1})));
   if (needs_grad(a, b))
     record("dot", {a, b}, {out}, {needs_grad(b) ? a : Tensor(), needs_grad(a) ? b : Tensor()},
            [](const VjpArgs& v) -> Grads {

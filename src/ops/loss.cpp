@@ -13,6 +13,7 @@
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
 #include "src/backend/backend.h"
+#include "src/backend/cpu/copy/copy.h"
 #include "src/backend/cpu/nn/loss.h"
 #include "src/ops/checks.h"
 
@@ -28,7 +29,6 @@ Tensor nograd(const Tensor& t, DType dtype) {
   return contiguous(to(t, dtype));
 }
 
-Tensor scalar_like(double v, DType dtype, Device device) { return full({}, v, {.dtype = dtype, .device = device}); }
 
 // ---- cross-entropy ----
 
@@ -69,11 +69,14 @@ Tensor cross_entropy_impl(const char* op, const Tensor& logits, const Tensor& ta
     KILN_CHECK(!needs_grad(opts.weight), op, "no gradient flows to weight; pass weight.detach()");
   }
   Tensor tc = nograd(targets, targets.dtype());
-  if (int64_t bad = backend::cpu::first_bad_target(tc, C, opts.ignore_index); bad >= 0) {
+  // The target check reads the targets' values: a launch, so that a replay
+  // checks each new batch as eager does.
+  const int64_t ignore_index = opts.ignore_index;
+  KILN_LAUNCH(op, if (int64_t bad = backend::cpu::first_bad_target(tc, C, ignore_index); bad >= 0) {
     const int64_t v = tc.dtype() == kI32 ? tc.data<int32_t>()[bad] : tc.data<int64_t>()[bad];
     KILN_FAIL(op, "target {} at flat position {} is out of range for {} classes (expected [0, {}) or ignore_index {})",
-              v, bad, C, C, opts.ignore_index);
-  }
+              v, bad, C, C, ignore_index);
+  });
 
   // The kernel wants rows of C contiguous classes: move the class dim last
   // (differentiable ops, so the gradient flows back through them).
@@ -106,16 +109,24 @@ Tensor cross_entropy_impl(const char* op, const Tensor& logits, const Tensor& ta
   constexpr int64_t kKeepProbsMaxClasses = 1024;
   const bool grad = needs_grad(xc);
   Tensor probs = grad && C <= kKeepProbsMaxClasses ? Tensor::empty({R, C}, dt, xc.device()) : Tensor();
-  double total = 0, wsum = 0;
-  backend::cpu::cross_entropy(xc, tc, weights, opts.ignore_index, opts.label_smoothing, lse, probs, rows, &total, &wsum);
-  // Mean divides by the weight of the counted rows; nothing counted gives 0 (SPECS F2).
-  const double scale = opts.reduction == Reduction::Mean ? (wsum > 0 ? 1.0 / wsum : 0.0) : 1.0;
-  Tensor out = opts.reduction == Reduction::None ? rows : scalar_like(total * scale, dt, xc.device());
+  // Mean divides by the weight of the counted rows; nothing counted gives 0
+  // (SPECS F2). That weight depends on the targets, so the scale lives in a
+  // slot the forward writes and the backward reads: a replay of both
+  // (NOTE [Recorded launches]) uses this batch's scale, never the recorded one.
+  auto scale_slot = std::make_shared<double>(1.0);
+  Tensor out = opts.reduction == Reduction::None ? rows : Tensor::empty({}, dt, xc.device());
+  const bool mean = opts.reduction == Reduction::Mean, reduce = opts.reduction != Reduction::None;
+  const double smoothing = opts.label_smoothing;
+  KILN_LAUNCH(op, double total = 0, wsum = 0;
+              backend::cpu::cross_entropy(xc, tc, weights, ignore_index, smoothing, lse, probs, rows, &total, &wsum);
+              const double sc = mean ? (wsum > 0 ? 1.0 / wsum : 0.0) : 1.0; *scale_slot = sc;
+              if (reduce) backend::cpu::fill(out, total * sc));
 
   if (grad) {
     const int64_t ignore = opts.ignore_index;
     const double s = opts.label_smoothing;
-    record(op, {xc}, {out}, {xc, tc, weights, lse, probs}, [ignore, s, scale, C](const VjpArgs& a) -> Grads {
+    record(op, {xc}, {out}, {xc, tc, weights, lse, probs}, [ignore, s, scale_slot, C](const VjpArgs& a) -> Grads {
+      const double scale = *scale_slot;
       const Tensor& x = a.saved[0];
       const Tensor& t = a.saved[1];
       const Tensor& w = a.saved[2];
@@ -129,7 +140,9 @@ Tensor cross_entropy_impl(const char* op, const Tensor& logits, const Tensor& ta
         return {(softmax(x, -1) - q) * unsqueeze(coef, -1)};
       }
       Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
-      backend::cpu::cross_entropy_backward(x, t, w, ignore, s, a.saved[3], a.saved[4], contiguous(g), scale, gx);
+      const Tensor gc = contiguous(g), lse = a.saved[3], probs = a.saved[4];
+      KILN_LAUNCH("cross_entropy_backward",
+                  backend::cpu::cross_entropy_backward(x, t, w, ignore, s, lse, probs, gc, *scale_slot, gx));
       return {gx};
     });
   }
@@ -189,9 +202,11 @@ Tensor pointwise_impl(const char* op, backend::cpu::PointwiseLoss kind, const Te
   }
   KILN_CHECK(beta >= 0 && std::isfinite(beta), op, "beta must be finite and >= 0, got {}", beta);
   Tensor xc = nograd(x, x.dtype()), yc = nograd(y, y.dtype());
-  if (kind == K::bce)
-    KILN_CHECK(backend::cpu::all_probabilities(xc), op, "input values must be probabilities in [0, 1] (input {})",
-               to_string(x.shape()));
+  if (kind == K::bce) {
+    const Shape xs = x.shape();  // a launch: a replay checks each new input
+    KILN_LAUNCH(op, KILN_CHECK(backend::cpu::all_probabilities(xc), op,
+                               "input values must be probabilities in [0, 1] (input {})", to_string(xs)));
+  }
 
   // A weight that itself needs a gradient: compose kiln ops (rare; no fused kernel).
   if (needs_grad(weight, pos_weight)) {
@@ -208,10 +223,13 @@ Tensor pointwise_impl(const char* op, backend::cpu::PointwiseLoss kind, const Te
     if (pos_weight.defined()) pc = contiguous(expand(pos_weight, x.shape()));
   }
   const int64_t n = x.numel();
-  Tensor out = reduction == Reduction::None ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
-  const double total = backend::cpu::pointwise_loss(kind, beta, xc, yc, wc, pc, out);
   const double scale = reduction == Reduction::Mean ? 1.0 / double(n) : 1.0;  // n == 0: NaN, as PyTorch
-  if (reduction != Reduction::None) out = scalar_like(total * scale, x.dtype(), x.device());
+  const bool reduce = reduction != Reduction::None;
+  // The kernel writes the elementwise losses (None) or returns their sum,
+  // which the launch writes into the scalar out (so a replay refills it).
+  Tensor out = Tensor::empty(reduce ? Shape{} : x.shape(), x.dtype(), x.device());
+  KILN_LAUNCH(op, const double total = backend::cpu::pointwise_loss(kind, beta, xc, yc, wc, pc, reduce ? Tensor() : out);
+              if (reduce) backend::cpu::fill(out, total * scale));
 
   if (needs_grad(x, y)) {
     record(op, {x, y}, {out}, {xc, yc, wc, pc}, [kind, beta, scale](const VjpArgs& a) -> Grads {
@@ -224,7 +242,9 @@ Tensor pointwise_impl(const char* op, backend::cpu::PointwiseLoss kind, const Te
       }
       Tensor gx = a.needs(0) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
       Tensor gy = a.needs(1) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
-      backend::cpu::pointwise_loss_backward(kind, beta, x, y, w, pw, contiguous(a.grad()), scale, gx, gy);
+      const Tensor gc = contiguous(a.grad()), xs = x, ys = y, ws = w, pws = pw;
+      KILN_LAUNCH("pointwise_loss_backward",
+                  backend::cpu::pointwise_loss_backward(kind, beta, xs, ys, ws, pws, gc, scale, gx, gy));
       return {gx, gy};
     });
   }

@@ -74,7 +74,7 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Shape& normalized_
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor mean = rms ? Tensor() : Tensor::empty({M}, sd, x.device());
   Tensor rstd = Tensor::empty({M}, sd, x.device());
-  backend::cpu::layer_norm(xc, wc, bc, eps, rms, out, mean, rstd);
+  KILN_LAUNCH("layer_norm", backend::cpu::layer_norm(xc, wc, bc, eps, rms, out, mean, rstd));
 
   if (needs_grad(x, weight, bias)) {
     record(op, {x, weight, bias}, {out}, {x, weight, mean, rstd}, [rms, eps, k, norm_shape = normalized_shape](const VjpArgs& a) -> Grads {
@@ -96,8 +96,9 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Shape& normalized_
       Tensor gx = a.needs(0) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
       Tensor gw = a.needs(1) ? Tensor::empty(w.shape(), w.dtype(), w.device()) : Tensor();
       Tensor gb = a.needs(2) ? Tensor::empty(norm_shape, x.dtype(), x.device()) : Tensor();
-      backend::cpu::layer_norm_backward(contiguous(g), contiguous(x), w.defined() ? contiguous(w) : w, a.saved[2],
-                               a.saved[3], rms, gx, gw, gb);
+      const Tensor gc = contiguous(g), xc = contiguous(x), wc = w.defined() ? contiguous(w) : w;
+      const Tensor mean = a.saved[2], rstd = a.saved[3];
+      KILN_LAUNCH("layer_norm_backward", backend::cpu::layer_norm_backward(gc, xc, wc, mean, rstd, rms, gx, gw, gb));
       return {gx, gw, gb};
     });
   }
@@ -151,7 +152,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     if (training) {
       mean = Tensor::empty({C}, sd, x.device());
       Tensor var = Tensor::empty({C}, sd, x.device());
-      backend::cpu::batch_norm_stats(xc, mean, var);
+      KILN_LAUNCH("batch_norm_stats", backend::cpu::batch_norm_stats(xc, mean, var));
       invstd = rsqrt(add(var, opts.eps));
       if (running_mean.defined()) {
         // running = (1 - m) * running + m * batch (SPECS L8: biased variance unless asked).
@@ -166,7 +167,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     }
   }
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  backend::cpu::batch_norm_apply(xc, mean, invstd, contiguous_nograd(weight), contiguous_nograd(bias), out);
+  KILN_LAUNCH("batch_norm_apply", backend::cpu::batch_norm_apply(xc, mean, invstd, contiguous_nograd(weight), contiguous_nograd(bias), out));
 
   if (needs_grad(x, weight, bias)) {
     const double eps = opts.eps;
@@ -198,8 +199,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       Tensor gx = a.needs(0) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
       Tensor gw = a.needs(1) ? Tensor::empty({C}, x.dtype(), x.device()) : Tensor();
       Tensor gb = a.needs(2) ? Tensor::empty({C}, x.dtype(), x.device()) : Tensor();
-      backend::cpu::batch_norm_backward(contiguous(g), contiguous(x), a.saved[2], a.saved[3],
-                               w.defined() ? contiguous(w) : w, training, gx, gw, gb);
+      const Tensor gc = contiguous(g), xc = contiguous(x), wc = w.defined() ? contiguous(w) : w;
+      const Tensor mean = a.saved[2], invstd = a.saved[3];
+      KILN_LAUNCH("batch_norm_backward",
+                  backend::cpu::batch_norm_backward(gc, xc, mean, invstd, wc, training, gx, gw, gb));
       return {gx, gw, gb};
     });
   }

@@ -98,7 +98,9 @@ struct Argmax {
   Tensor plane_indices() const {
     if (indices.defined()) return indices;
     Tensor idx = Tensor::empty(taps.shape(), kI64, taps.device());
-    backend::cpu::max_pool2d_2x2_indices(g, taps, idx);
+    const MaxPoolGeom geom = g;  // copies: a recorded launch must not reach this struct
+    const Tensor t = taps;
+    KILN_LAUNCH("max_pool2d_2x2_indices", backend::cpu::max_pool2d_2x2_indices(geom, t, idx));
     return idx;
   }
 };
@@ -118,10 +120,10 @@ std::pair<Tensor, Tensor> max_pool_any(const char* op, int nsp, const Tensor& x,
   Argmax am{g, {}, {}};
   if (backend::cpu::is_max_pool_2x2(g)) {
     am.taps = Tensor::empty({s4[0], s4[1], out[0], out[1]}, kU8, x.device());
-    backend::cpu::max_pool2d_2x2(g, l.x4, values, am.taps);
+    KILN_LAUNCH("max_pool2d_2x2", backend::cpu::max_pool2d_2x2(g, l.x4, values, am.taps));
   } else {
     am.indices = Tensor::empty({s4[0], s4[1], out[0], out[1]}, kI64, x.device());
-    backend::cpu::max_pool2d(g, l.x4, values, am.indices);
+    KILN_LAUNCH("max_pool2d", backend::cpu::max_pool2d(g, l.x4, values, am.indices));
   }
   if (needs_grad(l.x4))
     record(op, {l.x4}, {values}, {}, [op, am, in_shape = s4](const VjpArgs& v) -> Grads {
@@ -133,8 +135,8 @@ std::pair<Tensor, Tensor> max_pool_any(const char* op, int nsp, const Tensor& x,
 
 Tensor max_pool_backward(const char* op, const Argmax& am, const Shape& in_shape, const Tensor& gy) {
   Tensor gx = Tensor::empty(in_shape, gy.dtype(), gy.device());
-  if (am.taps.defined()) backend::cpu::max_pool2d_2x2_backward(am.g, gy, am.taps, gx);
-  else backend::cpu::max_pool2d_backward(am.g, gy, am.indices, gx);
+  if (am.taps.defined()) KILN_LAUNCH(op, backend::cpu::max_pool2d_2x2_backward(am.g, gy, am.taps, gx));
+  else KILN_LAUNCH(op, backend::cpu::max_pool2d_backward(am.g, gy, am.indices, gx));
   if (needs_grad(gy))
     // Linear in gy: its adjoint reads the incoming gradient at each argmax.
     record(op, {gy}, {gx}, {}, [indices = am.plane_indices(), out_shape = gy.shape()](const VjpArgs& v) -> Grads {
@@ -172,7 +174,7 @@ Tensor avg_backward(const char* op, const std::shared_ptr<const AvgWindows>& w, 
 Tensor avg_forward(const char* op, const std::shared_ptr<const AvgWindows>& w, const Tensor& x4) {
   const Shape& s4 = x4.shape();
   Tensor out = Tensor::empty({s4[0], s4[1], w->OH(), w->OW()}, x4.dtype(), x4.device());
-  backend::cpu::avg_pool2d(*w, x4, out);
+  KILN_LAUNCH("avg_pool2d", backend::cpu::avg_pool2d(*w, x4, out));
   if (needs_grad(x4))
     record(op, {x4}, {out}, {}, [op, w, in_shape = s4](const VjpArgs& v) -> Grads {
       return {avg_backward(op, w, in_shape, v.grad())};
@@ -183,7 +185,7 @@ Tensor avg_forward(const char* op, const std::shared_ptr<const AvgWindows>& w, c
 Tensor avg_backward(const char* op, const std::shared_ptr<const AvgWindows>& w, const Shape& in_shape,
                     const Tensor& gy) {
   Tensor gx = Tensor::empty(in_shape, gy.dtype(), gy.device());
-  backend::cpu::avg_pool2d_backward(*w, gy, gx);
+  KILN_LAUNCH("avg_pool2d_backward", backend::cpu::avg_pool2d_backward(*w, gy, gx));
   if (needs_grad(gy))
     record(op, {gy}, {gx}, {}, [op, w](const VjpArgs& v) -> Grads { return {avg_forward(op, w, v.grad())}; });
   return gx;

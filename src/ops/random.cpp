@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kiln/core/backends.h"
+#include "kiln/core/replay.h"
 #include "kiln/core/size_check.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
@@ -21,6 +22,31 @@ void check_shape(const char* op, const Shape& shape) { checked_numel(op, shape);
 
 void check_floating(const char* op, DType dtype) {
   KILN_CHECK(is_floating(dtype), op, "dtype {} is not a floating-point type (use f32, f64 or bf16)", name(dtype));
+}
+
+// Reserves `blocks` Philox blocks of gen and runs draw(seed, first_block).
+// Recorded (NOTE [Recorded launches]) as a launch that reserves its blocks
+// from the live generator at replay, so each replay draws fresh numbers and
+// leaves gen where eager would; a generator the recorder does not know (a
+// temporary, which a replay could not reach) rejects the recording.
+template <class Draw>
+void random_launch(const char* op, Generator& gen, uint64_t blocks, Draw draw) {
+  if (replay::Recorder* rec = replay::active()) [[unlikely]] {
+    if (rec->allows(gen)) {
+      Generator* g = &gen;
+      replay::launch(op, [g, blocks, draw] {
+        const uint64_t first = g->advance(blocks);
+        draw(g->seed(), first);
+      });
+      return;
+    }
+    replay::reject("ReplaySafety", op,
+                   std::string("op '") + op +
+                       "' draws from a generator the compiled step was not given (a temporary, e.g. from "
+                       "Rngs::next); a replay could not advance it");
+  }
+  const uint64_t first = gen.advance(blocks);
+  draw(gen.seed(), first);
 }
 
 Tensor finish(Tensor t, const TensorOptions& opts) {
@@ -45,7 +71,7 @@ Tensor fill_target(const char* op, const Tensor& x) {
 // Writes the scratch back, bumps the version and, when x is in the graph,
 // records that its old value no longer matters (zero gradient).
 void commit(const char* op, const Tensor& x, const Tensor& target) {
-  if (!target.is_same(x)) backend::cpu::copy(target, x);
+  if (!target.is_same(x)) KILN_LAUNCH(op, backend::cpu::copy(target, x));
   x.storage()->bump_version();
   if (needs_grad(x))
     record(op, {x}, {x}, {}, [](const VjpArgs& a) -> Grads { return {zeros_like(a.grad())}; });
@@ -67,8 +93,8 @@ Tensor rand(const Shape& shape, Generator& gen, TensorOptions opts) {
   check_shape("rand", shape);
   check_floating("rand", opts.dtype);
   Tensor out = empty_for("rand", shape, opts.dtype, opts.device);
-  uint64_t first = gen.advance(backend::cpu::blocks_for(backend::cpu::uniform_words(opts.dtype, out.numel())));
-  backend::cpu::uniform(out, 0.0, 1.0, gen.seed(), first);
+  random_launch("rand", gen, backend::cpu::blocks_for(backend::cpu::uniform_words(opts.dtype, out.numel())),
+                [out](uint64_t seed, uint64_t first) { backend::cpu::uniform(out, 0.0, 1.0, seed, first); });
   return finish(out, opts);
 }
 
@@ -76,8 +102,8 @@ Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts) {
   check_shape("randn", shape);
   check_floating("randn", opts.dtype);
   Tensor out = empty_for("randn", shape, opts.dtype, opts.device);
-  uint64_t first = gen.advance(backend::cpu::blocks_for(backend::cpu::normal_words(opts.dtype, out.numel())));
-  backend::cpu::normal(out, 0.0, 1.0, gen.seed(), first);
+  random_launch("randn", gen, backend::cpu::blocks_for(backend::cpu::normal_words(opts.dtype, out.numel())),
+                [out](uint64_t seed, uint64_t first) { backend::cpu::normal(out, 0.0, 1.0, seed, first); });
   return finish(out, opts);
 }
 
@@ -90,8 +116,8 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, Te
              "range [{}, {}) does not fit dtype {} ([{}, {}])", low, high, name(opts.dtype), lo, hi);
   Tensor out = empty_for("randint", shape, opts.dtype, opts.device);
   uint64_t range = uint64_t(high) - uint64_t(low);
-  uint64_t first = gen.advance(backend::cpu::blocks_for(backend::cpu::randint_words(range, out.numel())));
-  backend::cpu::randint(out, low, range, gen.seed(), first);
+  random_launch("randint", gen, backend::cpu::blocks_for(backend::cpu::randint_words(range, out.numel())),
+                [out, low, range](uint64_t seed, uint64_t first) { backend::cpu::randint(out, low, range, seed, first); });
   return finish(out, opts);
 }
 
@@ -120,8 +146,8 @@ Tensor bernoulli(const Shape& shape, double p, Generator& gen, TensorOptions opt
   check_shape("bernoulli", shape);
   KILN_CHECK(p >= 0.0 && p <= 1.0, "bernoulli", "p must be in [0, 1], got {}", p);
   Tensor out = empty_for("bernoulli", shape, opts.dtype, opts.device);
-  uint64_t first = gen.advance(backend::cpu::blocks_for(out.numel()));
-  backend::cpu::bernoulli(out, p, gen.seed(), first);
+  random_launch("bernoulli", gen, backend::cpu::blocks_for(out.numel()),
+                [out, p](uint64_t seed, uint64_t first) { backend::cpu::bernoulli(out, p, seed, first); });
   return finish(out, opts);
 }
 
@@ -137,8 +163,8 @@ Tensor uniform_(const Tensor& x, double low, double high, Generator& gen) {
   KILN_CHECK(std::isfinite(low) && std::isfinite(high) && low <= high, "uniform_",
              "expects finite low <= high, got low {} and high {}", low, high);
   Tensor target = fill_target("uniform_", x);
-  uint64_t first = gen.advance(backend::cpu::blocks_for(backend::cpu::uniform_words(x.dtype(), x.numel())));
-  backend::cpu::uniform(target, low, high, gen.seed(), first);
+  random_launch("uniform_", gen, backend::cpu::blocks_for(backend::cpu::uniform_words(x.dtype(), x.numel())),
+                [target, low, high](uint64_t seed, uint64_t first) { backend::cpu::uniform(target, low, high, seed, first); });
   commit("uniform_", x, target);
   return x;
 }
@@ -147,8 +173,8 @@ Tensor normal_(const Tensor& x, double mean, double std, Generator& gen) {
   KILN_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0.0, "normal_",
              "expects a finite mean and a finite std >= 0, got mean {} and std {}", mean, std);
   Tensor target = fill_target("normal_", x);
-  uint64_t first = gen.advance(backend::cpu::blocks_for(backend::cpu::normal_words(x.dtype(), x.numel())));
-  backend::cpu::normal(target, mean, std, gen.seed(), first);
+  random_launch("normal_", gen, backend::cpu::blocks_for(backend::cpu::normal_words(x.dtype(), x.numel())),
+                [target, mean, std](uint64_t seed, uint64_t first) { backend::cpu::normal(target, mean, std, seed, first); });
   commit("normal_", x, target);
   return x;
 }

@@ -1,6 +1,8 @@
 // Recording ops on the autograd tape.
 #include "kiln/ops/record.h"
 
+#include "kiln/core/replay.h"
+
 #include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
 
@@ -40,6 +42,16 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     // that an in-place update of one leaf's grad never changes another's.
     if (GradMode::is_enabled()) leaf.set_grad(g);
     else leaf.set_grad(g.impl_ptr().use_count() == 1 && !g.is_view() && g.is_contiguous() ? g.detach() : g.clone());
+  } else if (!GradMode::is_enabled() && replay::active()) {
+    // Recorded (NOTE [Recorded launches]) as one launch that adds into
+    // whatever grad() holds at replay: with gradients accumulated over
+    // several calls, the recorded `old` is not the live one.
+    std::shared_ptr<TensorImpl> impl = leaf.impl_ptr();
+    Tensor gd = g.detach();
+    replay::launch("AccumulateGrad", [impl, gd] {
+      Tensor l(impl);
+      l.set_grad(add(l.grad().detach(), gd));
+    });
   } else {
     leaf.set_grad(GradMode::is_enabled() ? add(old, g) : add(old.detach(), g.detach()));
   }

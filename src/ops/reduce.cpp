@@ -83,7 +83,7 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim, DType dtype) {
   Tensor src = x;
   if (sum_dtype(x.dtype()) != native) src = to(x, native);
   Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), native, x.device());
-  backend::cpu::sum(src, out, rd);
+  KILN_LAUNCH("sum", backend::cpu::sum(src, out, rd));
   if (needs_grad(src))
     record("sum", {src}, {out}, {}, [in = x.shape(), rd](const VjpArgs& a) -> Grads {
       return {expand_back(a.grad(), in, rd)};
@@ -108,7 +108,7 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   const int64_t n = reduced_numel(x, rd);
   Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype(), x.device());
   // mean of nothing is NaN (0 / 0), as in PyTorch.
-  backend::cpu::sum(x, out, rd, n == 0 ? std::numeric_limits<double>::quiet_NaN() : 1.0 / double(n));
+  KILN_LAUNCH("sum", backend::cpu::sum(x, out, rd, n == 0 ? std::numeric_limits<double>::quiet_NaN() : 1.0 / double(n)));
   if (needs_grad(x))
     record("mean", {x}, {out}, {}, [in = x.shape(), rd, n](const VjpArgs& a) -> Grads {
       return {mul(expand_back(a.grad(), in, rd), n == 0 ? 0.0 : 1.0 / double(n))};
@@ -141,7 +141,7 @@ Tensor prod(const Tensor& x, int64_t dim, bool keepdim) {
   int64_t d = wrap_dim("prod", dim, x.dim());
   Shape rd = x.dim() == 0 ? Shape{} : Shape{d};
   Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), sum_dtype(x.dtype()), x.device());
-  backend::cpu::prod(x, out, rd);
+  KILN_LAUNCH("prod", backend::cpu::prod(x, out, rd));
   if (needs_grad(x))
     record("prod", {x}, {out}, {x, out}, [rd, keepdim](const VjpArgs& a) -> Grads {
       const Tensor& x = a.saved[0];
@@ -185,8 +185,8 @@ std::pair<Tensor, Tensor> max_min_dim(const char* op, const Tensor& x, int64_t d
   Shape kshape = reduced_shape(x.shape(), rd, true);
   Tensor values = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype(), x.device());
   Tensor indices = Tensor::empty(values.shape(), kI64, x.device());
-  if (Max) backend::cpu::max_dim(x, d, values, indices);
-  else backend::cpu::min_dim(x, d, values, indices);
+  if (Max) KILN_LAUNCH("max_dim", backend::cpu::max_dim(x, d, values, indices));
+  else KILN_LAUNCH("min_dim", backend::cpu::min_dim(x, d, values, indices));
   if (needs_grad(x))
     record(op, {x}, {values}, {indices}, [in = x.shape(), kshape, d](const VjpArgs& a) -> Grads {
       return {pick_backward(reshape(a.grad(), kshape), reshape(a.saved[0], kshape), in, d)};
@@ -212,8 +212,8 @@ Tensor arg_dim(const char* op, const Tensor& x, int64_t dim, bool keepdim) {
   check_nonempty_dim(op, x, d);
   Shape rd = x.dim() == 0 ? Shape{} : Shape{d};
   Tensor indices = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), kI64, x.device());
-  if (Max) backend::cpu::max_dim(x, d, Tensor(), indices);
-  else backend::cpu::min_dim(x, d, Tensor(), indices);
+  if (Max) KILN_LAUNCH("max_dim", backend::cpu::max_dim(x, d, Tensor(), indices));
+  else KILN_LAUNCH("min_dim", backend::cpu::min_dim(x, d, Tensor(), indices));
   return indices;
 }
 
@@ -242,8 +242,8 @@ Tensor amax_amin(const char* op, const Tensor& x, const Shape& dims, bool keepdi
   Shape rd = reduce_dims(op, x, dims);
   for (int64_t d : rd) check_nonempty_dim(op, x, d);
   Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype(), x.device());
-  if (Max) backend::cpu::amax(x, out, rd);
-  else backend::cpu::amin(x, out, rd);
+  if (Max) KILN_LAUNCH("amax", backend::cpu::amax(x, out, rd));
+  else KILN_LAUNCH("amin", backend::cpu::amin(x, out, rd));
   if (needs_grad(x))
     record(op, {x}, {out}, {x, out}, [rd](const VjpArgs& a) -> Grads {
       // Shared evenly among the elements equal to the extreme (the NaNs when it is NaN).
@@ -381,7 +381,7 @@ Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
   if (std::isinf(p) && p < 0)  // min |x| has no identity
     for (int64_t d : rd) check_nonempty_dim("norm", x, d);
   Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), x.dtype(), x.device());
-  backend::cpu::norm(x, out, rd, p);
+  KILN_LAUNCH("norm", backend::cpu::norm(x, out, rd, p));
   if (needs_grad(x))
     record("norm", {x}, {out}, {x, out}, [rd, p](const VjpArgs& a) -> Grads {
       return {norm_backward(a.grad(), a.saved[0], a.saved[1], rd, p)};
@@ -400,7 +400,7 @@ Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
   Shape out_shape = reduced_shape(x.shape(), rd, keepdim);
   Tensor out = Tensor::empty(out_shape, xf.dtype(), xf.device());
   if (rd.size() <= 1) {
-    backend::cpu::logsumexp(xf, rd.empty() ? 0 : rd[0], out);
+    KILN_LAUNCH("logsumexp", backend::cpu::logsumexp(xf, rd.empty() ? 0 : rd[0], out));
   } else {
     // Several dims: move them last and flatten them into one.
     Shape perm;
@@ -410,7 +410,7 @@ Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
     }
     for (int64_t d : rd) perm.push_back(d);
     Tensor flat = reshape(permute(xf.detach(), perm), {-1, reduced_numel(xf, rd)});
-    backend::cpu::logsumexp(flat, 1, out);
+    KILN_LAUNCH("logsumexp", backend::cpu::logsumexp(flat, 1, out));
   }
   if (needs_grad(xf))
     record("logsumexp", {xf}, {out}, {xf, out}, [rd](const VjpArgs& a) -> Grads {
@@ -428,8 +428,8 @@ namespace {
 template <bool And>
 Tensor truth(const char* op, const Tensor& x, const Shape& rd, bool keepdim) {
   Tensor out = Tensor::empty(reduced_shape(x.shape(), rd, keepdim), kBool, x.device());
-  if (And) backend::cpu::all(x, out, rd);
-  else backend::cpu::any(x, out, rd);
+  if (And) KILN_LAUNCH("all", backend::cpu::all(x, out, rd));
+  else KILN_LAUNCH("any", backend::cpu::any(x, out, rd));
   return x.dtype() == kU8 ? to(out, kU8) : out;  // PyTorch keeps u8 for u8 input
 }
 
@@ -458,7 +458,7 @@ Tensor cumsum(const Tensor& x, int64_t dim) {
   check_defined("cumsum", x);
   int64_t d = wrap_dim("cumsum", dim, x.dim());
   Tensor out = Tensor::empty(x.shape(), sum_dtype(x.dtype()), x.device());
-  backend::cpu::cumsum(x, d, out);
+  KILN_LAUNCH("cumsum", backend::cpu::cumsum(x, d, out));
   if (needs_grad(x))
     record("cumsum", {x}, {out}, {}, [d](const VjpArgs& a) -> Grads {
       // Reverse running sum: sum over j >= i of g_j.

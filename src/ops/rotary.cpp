@@ -19,7 +19,7 @@ namespace {
 // out = x rotated by sign * theta; table [2, T, rd / 2] holds cos and sin.
 Tensor rotate(const backend::cpu::RotaryGeom& g, const Tensor& x, const Tensor& table, int sign) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  backend::cpu::rotary(g, x, table, sign, out);
+  KILN_LAUNCH("rotary", backend::cpu::rotary(g, x, table, sign, out));
   if (needs_grad(x))
     record(sign > 0 ? "rotary_embedding" : "rotary_embedding_backward", {x}, {out}, {},
            [g, table, sign](const VjpArgs& v) -> Grads { return {rotate(g, v.grad(), table, -sign)}; });
@@ -60,7 +60,7 @@ Tensor rotary_embedding(const Tensor& x, const RotaryOptions& o) {
   g.T = T, g.D = D, g.rd = rd, g.interleaved = o.interleaved;
   g.rows = T * D == 0 ? 0 : x.numel() / (T * D);
   Tensor table = Tensor::empty({2, T, rd / 2}, x.dtype() == kF64 ? kF64 : kF32, x.device());
-  backend::cpu::rotary_table(pos, o.base, rd, table);
+  KILN_LAUNCH("rotary_table", backend::cpu::rotary_table(pos, o.base, rd, table));
   return rotate(g, x, table, 1);
 }
 

@@ -155,7 +155,7 @@ Tensor slice_backward(const Tensor& g, const Shape& in_shape, int64_t dim, int64
   Tensor out = zeros(in_shape, {.dtype = g.dtype(), .device = g.device()});
   {
     NoGradGuard no_grad;
-    backend::cpu::copy(g, slice(out, dim, start, end, step));
+    KILN_LAUNCH("copy", backend::cpu::copy(g, slice(out, dim, start, end, step)));
   }
   if (needs_grad(g))
     record("slice_backward", {g}, {out}, {}, [=](const VjpArgs& a) -> Grads {
@@ -297,7 +297,7 @@ Tensor contiguous(const Tensor& x) {
 Tensor clone(const Tensor& x) {
   check_defined("clone", x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  backend::cpu::copy(x, out);
+  KILN_LAUNCH("copy", backend::cpu::copy(x, out));
   if (needs_grad(x)) record("clone", {x}, {out}, {}, [](const VjpArgs& a) -> Grads { return {a.grad()}; });
   return out;
 }
@@ -306,7 +306,7 @@ Tensor to(const Tensor& x, DType dtype) {
   check_defined("to", x);
   if (x.dtype() == dtype) return x;
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
-  backend::cpu::copy(x, out);
+  KILN_LAUNCH("copy", backend::cpu::copy(x, out));
   if (is_floating(dtype) && needs_grad(x))
     record("to", {x}, {out}, {}, [from = x.dtype()](const VjpArgs& a) -> Grads { return {to(a.grad(), from)}; });
   return out;
@@ -331,7 +331,7 @@ Tensor copy_(const Tensor& dst, const Tensor& src) {
   KILN_CHECK(b == dst.shape(), "copy_", "source {} does not broadcast to destination {}", to_string(src.shape()),
              to_string(dst.shape()));
   check_inplace("copy_", dst, needs_grad(src));
-  backend::cpu::copy(src, dst);
+  KILN_LAUNCH("copy", backend::cpu::copy(src, dst));
   dst.storage()->bump_version();
   if (needs_grad(dst, src) && is_floating(dst.dtype()))
     record("copy_", {dst, src}, {dst}, {}, [src_shape = src.shape(), src_dtype = src.dtype()](const VjpArgs& a) -> Grads {

@@ -17,7 +17,7 @@ Tensor softmax_impl(const char* op, const Tensor& x, int64_t dim, bool log) {
              to_string(x.shape()));
   int64_t d = wrap_dim(op, dim, x.dim());
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  backend::cpu::softmax(x, d, out, log);
+  KILN_LAUNCH("softmax", backend::cpu::softmax(x, d, out, log));
   if (needs_grad(x)) {
     if (log)
       // d log_softmax: g - softmax * sum(g), with softmax = exp(out).

@@ -23,8 +23,8 @@ namespace {
 Tensor unary_forward(const char* op, UnaryOp k, const Tensor& x, DType t, OpParams p = {}) {
   check_defined(op, x, "x");
   Tensor out = Tensor::empty(x.shape(), t, x.device());
-  if (x.dtype() == t) backend::cpu::unary(k, out, x, p);
-  else backend::cpu::unary(k, out, backend::cpu::convert(x, t), p);
+  if (x.dtype() == t) KILN_LAUNCH(op, backend::cpu::unary(k, out, x, p));
+  else KILN_LAUNCH(op, backend::cpu::unary(k, out, backend::cpu::convert(x, t), p));
   return out;
 }
 
@@ -43,7 +43,7 @@ template <class Composed>
 Tensor fused_backward(backend::cpu::BinaryOp k, const Tensor& g, const Tensor& s, OpParams p, Composed composed) {
   if (needs_grad(g, s) || g.dtype() != s.dtype()) return composed();
   Tensor out = Tensor::empty(g.shape(), g.dtype(), g.device());
-  backend::cpu::binary(k, out, g, s, p);
+  KILN_LAUNCH("binary", backend::cpu::binary(k, out, g, s, p));
   return out;
 }
 
@@ -315,7 +315,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   KILN_CHECK(min || max, "clamp", "at least one of min and max must be given");
   DType t = min && max ? result_type(x, *min, *max) : result_type(x, min ? *min : *max);
   Tensor out = Tensor::empty(x.shape(), t, x.device());
-  backend::cpu::clamp(out, backend::cpu::convert(x, t), min, max);
+  KILN_LAUNCH("clamp", backend::cpu::clamp(out, backend::cpu::convert(x, t), min, max));
   if (needs_grad(x))
     record("clamp", {x}, {out}, {clamp_mask(x, min, max)}, [tx = x.dtype()](const VjpArgs& v) -> Grads {
       return {to(clamp_backward(v.grad(), v.saved[0]), tx)};
@@ -333,7 +333,7 @@ Tensor neg_(const Tensor& x) {
   KILN_CHECK(x.dtype() != kBool, "neg_", "negation of a bool tensor of shape {} is not supported; use logical_not",
              to_string(x.shape()));
   check_inplace_unary("neg_", x, x.dtype());
-  backend::cpu::unary(UnaryOp::neg, x, x);
+  KILN_LAUNCH("unary", backend::cpu::unary(UnaryOp::neg, x, x));
   x.storage()->bump_version();
   if (needs_grad(x)) record("neg_", {x}, {x}, {}, [](const VjpArgs& v) -> Grads { return {neg(v.grad())}; });
   return x;
@@ -342,7 +342,7 @@ Tensor neg_(const Tensor& x) {
 Tensor exp_(const Tensor& x) {
   check_defined("exp_", x, "self");
   check_inplace_unary("exp_", x, float_type(x.dtype()));
-  backend::cpu::unary(UnaryOp::exp, x, x);
+  KILN_LAUNCH("unary", backend::cpu::unary(UnaryOp::exp, x, x));
   x.storage()->bump_version();
   if (needs_grad(x)) record("exp_", {x}, {x}, {x}, [](const VjpArgs& v) -> Grads { return {mul(v.grad(), v.saved[0])}; });
   return x;
@@ -351,7 +351,7 @@ Tensor exp_(const Tensor& x) {
 Tensor sqrt_(const Tensor& x) {
   check_defined("sqrt_", x, "self");
   check_inplace_unary("sqrt_", x, float_type(x.dtype()));
-  backend::cpu::unary(UnaryOp::sqrt, x, x);
+  KILN_LAUNCH("unary", backend::cpu::unary(UnaryOp::sqrt, x, x));
   x.storage()->bump_version();
   if (needs_grad(x))
     record("sqrt_", {x}, {x}, {x}, [](const VjpArgs& v) -> Grads { return {sqrt_backward(v.grad(), v.saved[0])}; });
@@ -361,7 +361,7 @@ Tensor sqrt_(const Tensor& x) {
 Tensor relu_(const Tensor& x) {
   check_defined("relu_", x, "self");
   check_inplace_unary("relu_", x, x.dtype());
-  backend::cpu::unary(UnaryOp::relu, x, x);
+  KILN_LAUNCH("unary", backend::cpu::unary(UnaryOp::relu, x, x));
   x.storage()->bump_version();
   if (needs_grad(x))
     record("relu_", {x}, {x}, {x}, [](const VjpArgs& v) -> Grads { return {relu_backward(v.grad(), v.saved[0])}; });
@@ -374,7 +374,7 @@ Tensor clamp_(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> 
   DType t = min && max ? result_type(x, *min, *max) : result_type(x, min ? *min : *max);
   check_inplace_unary("clamp_", x, t);
   Tensor mask = needs_grad(x) ? clamp_mask(x, min, max) : Tensor();
-  backend::cpu::clamp(x, x, min, max);
+  KILN_LAUNCH("clamp", backend::cpu::clamp(x, x, min, max));
   x.storage()->bump_version();
   if (needs_grad(x))
     record("clamp_", {x}, {x}, {mask}, [](const VjpArgs& v) -> Grads { return {clamp_backward(v.grad(), v.saved[0])}; });

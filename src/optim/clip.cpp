@@ -1,9 +1,11 @@
 #include "kiln/optim/clip.h"
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "kiln/core/grad_mode.h"
+#include "kiln/core/replay.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
@@ -71,6 +73,14 @@ std::pair<nn::Gradients, double> clip_grad_norm(const nn::Gradients& grads, doub
 }
 
 double clip_grad_norm_(const nn::ParameterList& params, double max_norm, const ClipOptions& o) {
+  // Recorded (NOTE [Recorded launches] in kiln/core/replay.h) as one launch
+  // that clips again at replay: the norm, and whether to scale, depend on
+  // that step's gradients, read from the live parameters.
+  if (replay::active()) [[unlikely]] {
+    auto norm = std::make_shared<double>(0.0);
+    replay::launch("clip_grad_norm_", [params, max_norm, o, norm] { *norm = clip_grad_norm_(params, max_norm, o); });
+    return *norm;
+  }
   std::vector<Tensor> grads = live_grads(params);
   double norm = total_norm("clip_grad_norm_", grads, o);
   double coef = clip_coefficient("clip_grad_norm_", max_norm, norm);

@@ -1,5 +1,7 @@
 #include "kiln/optim/optimizer.h"
 
+#include "kiln/core/replay.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -123,9 +125,26 @@ void Optimizer::apply_lr(double lr) {
   for (size_t g = 0; g < groups_.size(); ++g) set_own(g, "lr", lr * lr_scale_[g]);
 }
 
-void Optimizer::step() { run_step(nullptr); }
+// A recorded step (NOTE [Recorded launches] in kiln/core/replay.h) is one
+// launch that runs this update again at replay: the learning rate, betas and
+// step count are read from the live optimizer then (scheduler and live-control
+// changes take effect at the next replay), and step_count() advances with
+// every replay, as eager's (spec 002: the logical step stays aligned).
+void Optimizer::step() {
+  if (replay::active()) [[unlikely]] {
+    replay::launch("optimizer.step", [this] { run_step(nullptr); });
+    return;
+  }
+  run_step(nullptr);
+}
 
-void Optimizer::step(const nn::Gradients& grads) { run_step(&grads); }
+void Optimizer::step(const nn::Gradients& grads) {
+  if (replay::active()) [[unlikely]] {
+    replay::launch("optimizer.step", [this, grads] { run_step(&grads); });
+    return;
+  }
+  run_step(&grads);
+}
 
 void Optimizer::run_step(const nn::Gradients* grads) {
   const char* op = name_.c_str();

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "kiln/core/error.h"
+#include "kiln/core/replay.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
@@ -91,9 +92,10 @@ Tensor Categorical::log_prob(const Tensor& actions) const {
              "Categorical.log_prob", "actions must be [{}] i64 for logits {}, got {}", rows,
              to_string(logits_.shape()), describe(actions));
   Tensor idx = actions.to(kI64).contiguous();
-  const int64_t* a = idx.data<int64_t>();
-  for (int64_t r = 0; r < rows; ++r)
-    KILN_CHECK(a[r] >= 0 && a[r] < n, "Categorical.log_prob", "actions[{}] = {} is outside [0, {})", r, a[r], n);
+  // A recorded launch (kiln/core/replay.h): a compiled step checks each new batch's actions.
+  KILN_LAUNCH("Categorical.log_prob", const int64_t* a = idx.data<int64_t>(); for (int64_t r = 0; r < rows; ++r)
+                  KILN_CHECK(a[r] >= 0 && a[r] < n, "Categorical.log_prob", "actions[{}] = {} is outside [0, {})", r,
+                             a[r], n));
   return squeeze(gather(logits_, 1, unsqueeze(idx, 1)), 1);
 }
 

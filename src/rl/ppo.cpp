@@ -16,6 +16,7 @@
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
 #include "kiln/optim/clip.h"
+#include "kiln/train/compiled_step.h"
 #include "kiln/rl/distributions.h"
 
 namespace kiln::rl {
@@ -57,14 +58,19 @@ void PPOOptions::validate() const {
              clip_coef, ent_coef, vf_coef, max_grad_norm, target_kl);
 }
 
-PPOLoss ppo_loss(const ActionDistribution& pi, const Tensor& values, const RolloutBatch& b, const PPOOptions& o) {
+namespace {
+
+// ppo_loss with approx_kl and clipfrac left as 0-dim tensors (kl, clipfrac):
+// a compiled minibatch update reads them after its replay, not inside it.
+PPOLoss ppo_loss_tensors(const ActionDistribution& pi, const Tensor& values, const RolloutBatch& b,
+                         const PPOOptions& o, Tensor& kl, Tensor& clipfrac) {
   PPOLoss l;
   Tensor logratio = pi.log_prob(b.carriers()) - b.log_probs;
   Tensor ratio = exp(logratio);
   {
     NoGradGuard no_grad;
-    l.approx_kl = mean((ratio - 1.0) - logratio).item<double>();
-    l.clipfrac = mean(gt(abs(ratio - 1.0), o.clip_coef).to(ratio.dtype())).item<double>();
+    kl = mean((ratio - 1.0) - logratio);
+    clipfrac = mean(gt(abs(ratio - 1.0), o.clip_coef).to(ratio.dtype()));
   }
   Tensor adv = b.advantages;
   if (o.norm_adv) adv = (adv - mean(adv)) / (kiln::std(adv) + 1e-8);
@@ -81,6 +87,16 @@ PPOLoss ppo_loss(const ActionDistribution& pi, const Tensor& values, const Rollo
     l.entropy = mean(pi.entropy());
     l.loss = l.loss - o.ent_coef * l.entropy;
   }
+  return l;
+}
+
+}  // namespace
+
+PPOLoss ppo_loss(const ActionDistribution& pi, const Tensor& values, const RolloutBatch& b, const PPOOptions& o) {
+  Tensor kl, clipfrac;
+  PPOLoss l = ppo_loss_tensors(pi, values, b, o, kl, clipfrac);
+  l.approx_kl = kl.item<double>();
+  l.clipfrac = clipfrac.item<double>();
   return l;
 }
 
@@ -185,13 +201,43 @@ PPOStats PPO::update() {
     double epoch_kl = 0;
     for (int64_t start = 0; start < n; start += mb_size) {
       RolloutBatch b = rollout_.gather(order.narrow(0, start, mb_size));
-      PolicyOutput out = agent_.evaluate(b.obs);
-      ActionDistribution pi(action_space, out.params, out.log_std);
-      PPOLoss l = ppo_loss(pi, out.value, b, o);
-      l.loss.backward();
-      optim::clip_grad_norm_(params, o.max_grad_norm);
-      optimizer_->step();
-      optimizer_->zero_grad();
+      PPOLoss l;
+      if (o.compile) {
+        // The minibatch update recorded once and replayed (docs/compile.md):
+        // the same arithmetic; the diagnostics are read after the replay.
+        if (!compiled_)
+          compiled_ = std::make_unique<train::CompiledStep>(
+              [this, &action_space, &params](const std::vector<Tensor>& in) {
+                const PPOOptions& o = options_;
+                RolloutBatch mb{.obs = in[0], .actions = in[1], .raw_actions = {}, .log_probs = in[2],
+                                .values = in[3], .advantages = in[4], .returns = in[5]};
+                PolicyOutput out = agent_.evaluate(mb.obs);
+                ActionDistribution pi(action_space, out.params, out.log_std);
+                Tensor kl, clipfrac;
+                PPOLoss l = ppo_loss_tensors(pi, out.value, mb, o, kl, clipfrac);
+                l.loss.backward();
+                optim::clip_grad_norm_(params, o.max_grad_norm);
+                optimizer_->step();
+                optimizer_->zero_grad();
+                return std::vector<Tensor>{l.policy_loss, l.value_loss, l.entropy, kl, clipfrac};
+              },
+              train::CompileOptions{.modules = {&agent_}});
+        std::vector<Tensor> r =
+            (*compiled_)({b.obs, b.carriers(), b.log_probs, b.values, b.advantages, b.returns});
+        l.policy_loss = r[0];
+        l.value_loss = r[1];
+        l.entropy = r[2];
+        l.approx_kl = r[3].item<double>();
+        l.clipfrac = r[4].item<double>();
+      } else {
+        PolicyOutput out = agent_.evaluate(b.obs);
+        ActionDistribution pi(action_space, out.params, out.log_std);
+        l = ppo_loss(pi, out.value, b, o);
+        l.loss.backward();
+        optim::clip_grad_norm_(params, o.max_grad_norm);
+        optimizer_->step();
+        optimizer_->zero_grad();
+      }
       pg_sum += l.policy_loss.item<double>();
       v_sum += l.value_loss.item<double>();
       if (l.entropy.defined()) ent_sum += l.entropy.item<double>();

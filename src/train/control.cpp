@@ -54,6 +54,8 @@ std::string to_string(const Command& command) {
     case Command::Kind::checkpoint: return "checkpoint";
     case Command::Kind::evaluate: return "evaluate";
     case Command::Kind::set: return fmt::format("set {}={}", command.name, command.value);
+    case Command::Kind::recapture: return "request_recapture";
+    case Command::Kind::rebuild: return "request_rebuild";
   }
   return fmt::format("command {}", int(command.kind));
 }
@@ -141,6 +143,7 @@ class Control::TrainerLoop final : public Controllable {
   std::string set_option(const std::string& name, double value) override {
     return set_optimizer_option(t_.task().optimizer(), name, value, &t_.logs());
   }
+  std::string recapture() override { return t_.task().recapture(); }
 
  private:
   Trainer& t_;
@@ -178,6 +181,35 @@ std::string set_optimizer_option(optim::Optimizer& opt, const std::string& name,
     opt.set(option, value);  // validated; on error nothing changes
   }
   return fmt::format("{} {} -> {}", name, old, opt.get(option));
+}
+
+const char* to_string(Mutability m) {
+  switch (m) {
+    case Mutability::hot: return "Hot";
+    case Mutability::recapture: return "Recapture";
+    case Mutability::rebuild: return "Rebuild";
+    case Mutability::immutable: return "Immutable";
+  }
+  return "?";
+}
+
+Mutability mutability_of(const std::string& name) {
+  for (const char* n : {"batch_size", "train_mode"})
+    if (name == n) return Mutability::recapture;
+  for (const char* n : {"model", "hidden", "dtype", "compile", "num_envs", "block_size"})
+    if (name == n) return Mutability::rebuild;
+  for (const char* n : {"seed", "data", "out", "threads"})
+    if (name == n) return Mutability::immutable;
+  // Optimizer options, with a loop's prefix ("q_lr"): read by every step,
+  // and by a compiled step's update at replay.
+  return Mutability::hot;
+}
+
+std::string Controllable::recapture() {
+  KILN_FAIL("request_recapture", "this run has no compiled step (start it with --compile)");
+}
+std::string Controllable::rebuild() {
+  KILN_FAIL("request_rebuild", "this run cannot rebuild its compiled step (start it with --compile)");
 }
 
 // ---- the training thread ----
@@ -308,8 +340,18 @@ CommandResult Control::apply(Controllable& loop, uint64_t id, const Command& com
         }
         break;
       }
-      case Command::Kind::set:
+      case Command::Kind::set: {
+        const Mutability m = mutability_of(command.name);
+        KILN_CHECK(m == Mutability::hot, "set", "'{}' is {}: it cannot change during a run{}", command.name,
+                   to_string(m), m == Mutability::recapture ? " by set (RequestRecapture records the step again)" : "");
         done(true, loop.set_option(command.name, command.value));
+        break;
+      }
+      case Command::Kind::recapture:
+        done(true, loop.recapture());
+        break;
+      case Command::Kind::rebuild:
+        done(true, loop.rebuild());
         break;
       default: done(false, fmt::format("unknown command kind {}", int(command.kind)));
     }
@@ -328,6 +370,7 @@ CommandResult Control::apply(Controllable& loop, uint64_t id, const Command& com
 }
 
 void Control::answer(CommandResult result) {
+  if (result.applied) ++snapshot_.revision;
   last_answered_ = result.id;
   ring_.push_back(std::move(result));
   if (ring_.size() > capacity_) ring_.pop_front();

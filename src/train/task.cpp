@@ -5,6 +5,10 @@
 
 namespace kiln::train {
 
+std::string Task::recapture() {
+  KILN_FAIL("request_recapture", "this run has no compiled step (start it with --compile)");
+}
+
 Task::Task(nn::Module& model, Forward forward, optim::Optimizer& optimizer, Rngs* rngs)
     : model_(&model), forward_(std::move(forward)), optimizer_(&optimizer), rngs_(rngs) {}
 

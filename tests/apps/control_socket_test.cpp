@@ -129,7 +129,8 @@ TEST(ControlSocket, SteersADqnJobBetweenUpdates) {
   r = ask(dir, {{"command", "fly"}});
   EXPECT_EQ(r["applied"], false);
   EXPECT_EQ(r["message"],
-            "unknown command 'fly' (commands: status, pause, resume, stop, checkpoint, evaluate, set NAME=VALUE)");
+            "unknown command 'fly' (commands: status, pause, resume, stop, checkpoint, evaluate, set NAME=VALUE, "
+            "request_recapture, request_rebuild)");
 
   r = ask(dir, {{"command", "checkpoint"}});
   EXPECT_EQ(r["applied"], true) << r;
@@ -212,7 +213,7 @@ TEST(ControlSocket, BadRequestsAreRejectedWithAMessage) {
   };
   EXPECT_EQ(rejected("pause"),
             "a request is one JSON object with a \"command\" (status, pause, resume, stop, checkpoint, evaluate, set "
-            "NAME=VALUE), got 'pause'");
+            "NAME=VALUE, request_recapture, request_rebuild), got 'pause'");
   EXPECT_TRUE(rejected(R"({"command": 3})").starts_with("a request is one JSON object with a \"command\""));
   EXPECT_EQ(rejected(R"({"command": "set", "name": "lr"})"),
             R"(set needs "name" (an option, e.g. "lr") and a numeric "value")");

@@ -483,5 +483,43 @@ TEST(Control, DrivesALoopWithoutATrainer) {
   EXPECT_EQ(control.state(), RunState::completed);
 }
 
+// Spec 002's live-control extras of issue 31 (docs/compile.md): mutability
+// classes, RequestRecapture / RequestRebuild answered applied or rejected,
+// and a state revision counting the applied commands.
+TEST(Control, MutabilityRecaptureRebuildAndRevision) {
+  EXPECT_EQ(mutability_of("lr"), Mutability::hot);
+  EXPECT_EQ(mutability_of("q_lr"), Mutability::hot);
+  EXPECT_EQ(mutability_of("batch_size"), Mutability::recapture);
+  EXPECT_EQ(mutability_of("hidden"), Mutability::rebuild);
+  EXPECT_EQ(mutability_of("seed"), Mutability::immutable);
+  EXPECT_STREQ(to_string(Mutability::recapture), "Recapture");
+  EXPECT_EQ(to_string(Command::request_recapture()), "request_recapture");
+  EXPECT_EQ(to_string(Command::request_rebuild()), "request_rebuild");
+
+  Rig rig;
+  CountingLoop loop(rig.opt);  // compiles nothing: both requests are rejected
+  Control control;
+  control.begin(loop);
+  EXPECT_EQ(control.snapshot().revision, 0u);
+  for (Command c : {Command::set("lr", 0.25), Command::request_recapture(), Command::request_rebuild(),
+                    Command::set("batch_size", 32), Command::set("seed", 3), Command::checkpoint()})
+    control.submit(c);
+  control.poll(loop);
+  EXPECT_EQ(lines(control.results()),
+            (std::vector<std::string>{
+                "1 set lr=0.25 -> applied: lr 0.1 -> 0.25 @0",
+                "2 request_recapture -> rejected: [request_recapture] this run has no compiled step (start it with "
+                "--compile) @0",
+                "3 request_rebuild -> rejected: [request_rebuild] this run cannot rebuild its compiled step (start "
+                "it with --compile) @0",
+                "4 set batch_size=32 -> rejected: 'batch_size' is Recapture: it cannot change during a run by set "
+                "(RequestRecapture records the step again) @0",
+                "5 set seed=3 -> rejected: 'seed' is Immutable: it cannot change during a run @0",
+                "6 checkpoint -> applied: saved @0"}));
+  control.poll(loop);
+  EXPECT_EQ(control.snapshot().revision, 2u);  // the two applied commands
+  control.end(loop, RunState::completed);
+}
+
 }  // namespace
 }  // namespace kiln::train

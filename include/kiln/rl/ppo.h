@@ -31,6 +31,10 @@
 #include "kiln/rl/normalization.h"
 #include "kiln/rl/rollout.h"
 
+namespace kiln::train {
+class CompiledStep;
+}
+
 namespace kiln::rl {
 
 /// CleanRL's argument names and ppo.py's defaults.
@@ -53,6 +57,7 @@ struct PPOOptions {
   double adam_eps = 1e-5;
   bool norm_reward = false;           // rewards scaled by a RewardScaler (continuous control)
   uint64_t seed = 1;                  // action sampling, minibatch order, environment resets
+  bool compile = false;               // minibatch updates recorded once and replayed (docs/compile.md); same results
 
   void validate() const;
 };
@@ -114,6 +119,8 @@ class PPO : public io::Stateful {
   optim::Adam& optimizer() { return *optimizer_; }
   const RolloutStorage& rollout() const { return rollout_; }
   ActorCritic& agent() { return agent_; }
+  /// options.compile: the compiled minibatch update (null before the first update).
+  const train::CompiledStep* compiled_step() const { return compiled_.get(); }
 
   /// Progress, generator states and the reward scaler's statistics.
   io::State state() const override;
@@ -144,6 +151,7 @@ class PPO : public io::Stateful {
   std::vector<double> episode_return_;   // [E] running undiscounted returns
   std::vector<int64_t> episode_length_;  // [E]
   PPOStats pending_;                     // the collection's half of the next stats
+  std::unique_ptr<train::CompiledStep> compiled_;  // options.compile: the minibatch update
 };
 
 }  // namespace kiln::rl

@@ -42,7 +42,7 @@ class Optimizer;
 namespace kiln::train {
 
 struct Command {
-  enum class Kind { pause, resume, stop, checkpoint, evaluate, set };
+  enum class Kind { pause, resume, stop, checkpoint, evaluate, set, recapture, rebuild };
   Kind kind = Kind::stop;
   std::string name;  // set: the optimizer option ("lr", "weight_decay", "momentum", ...)
   double value = 0;  // set: its new value
@@ -53,7 +53,27 @@ struct Command {
   static Command checkpoint() { return {Kind::checkpoint, {}, 0}; }
   static Command evaluate() { return {Kind::evaluate, {}, 0}; }
   static Command set(std::string name, double value) { return {Kind::set, std::move(name), value}; }
+  /// Spec 002's RequestRecapture / RequestRebuild (a compiled step records
+  /// again at its next call / the run rebuilds what it compiled from).
+  static Command request_recapture() { return {Kind::recapture, {}, 0}; }
+  static Command request_rebuild() { return {Kind::rebuild, {}, 0}; }
 };
+
+/// Spec 002's mutability classes: how a change reaches a running (possibly
+/// compiled, docs/compile.md) training. Hot: read at the next step, compiled
+/// or not (an optimizer's options: the compiled step runs the update with
+/// the live values). Recapture: takes effect when the compiled step records
+/// again (the batch shape, train/eval mode: a new signature records by
+/// itself; anything else through RequestRecapture). Rebuild: the model or
+/// optimizer must be rebuilt (layer sizes, dtypes). Immutable: fixed for the
+/// run (seed, data set).
+enum class Mutability { hot, recapture, rebuild, immutable };
+const char* to_string(Mutability m);
+/// The class of a `set NAME=VALUE` name or a run setting: optimizer options
+/// ("lr", "weight_decay", "momentum", "beta1", ...) are hot; "batch_size",
+/// "train_mode" recapture; "model", "hidden", "dtype", "compile" rebuild;
+/// anything else (seed, data) immutable.
+Mutability mutability_of(const std::string& name);
 /// "pause", "resume", "stop", "checkpoint", "evaluate", "set lr=0.001".
 std::string to_string(const Command& command);
 
@@ -73,6 +93,7 @@ struct Snapshot {
   int64_t steps_per_epoch = 0;
   double elapsed = 0;  // training seconds
   std::map<std::string, double> logs;
+  uint64_t revision = 0;  // +1 per applied command: the live state's version (spec 002)
 };
 
 /// What a training loop shows Control at its safe points (Trainer is one,
@@ -104,6 +125,10 @@ class Controllable {
   /// set NAME=VALUE: applies it and returns what changed ("lr 0.001 ->
   /// 0.0001"); a kiln::Error (unknown name, bad value) rejects it, changing nothing.
   virtual std::string set_option(const std::string& name, double value) = 0;
+  /// RequestRecapture / RequestRebuild: what was done; a kiln::Error rejects
+  /// it (by default: the loop compiles nothing).
+  virtual std::string recapture();
+  virtual std::string rebuild();
 };
 
 /// set NAME=VALUE on an optimizer, as Control applies it to a Trainer's:

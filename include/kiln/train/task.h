@@ -69,6 +69,9 @@ class Task {
   virtual StepResult validation_step(const data::Batch& batch);
   /// Entering phase `name` (PhaseCallback): swap losses, freeze parts, ... Default: nothing.
   virtual void set_phase(const std::string& name) {}
+  /// Live control's RequestRecapture: a task with a compiled step
+  /// (CompiledTask) drops its recordings and says so; others reject it (throw).
+  virtual std::string recapture();
   /// Registers what a checkpoint of this task holds. Default: the model, the
   /// optimizer and the Rngs when given.
   virtual void checkpoint_objects(io::Checkpoint& ckpt);

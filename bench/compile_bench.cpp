@@ -1,0 +1,155 @@
+// Compiled variants of the training workloads (issue 31, docs/compile.md):
+// the same model, data and optimizer as the eager row of the same name
+// without "_compiled", with the step recorded once by train::CompiledStep and
+// replayed on every call. The update is train::update_guarded (the finite
+// checks run at replay), so each compiled step does the eager row's work.
+// Compare with the eager rows of the same run (kiln against kiln): speed and
+// peak_mem.
+#include "bench/bench.h"
+#include "kiln/kiln.h"
+
+namespace bench {
+
+kiln::nn::Sequential cnn_b64_model(const kiln::nn::Init& init);  // train_cnn_bench.cpp
+
+namespace {
+
+using namespace kiln;
+
+// Runs `step` compiled: the recording happens in the first (warm-up) call.
+void run_compiled(const std::string& name, const Workload& w, const MemoryProbe& mem, train::CompiledStep& step,
+                  const std::vector<Tensor>& inputs) {
+  step(inputs);
+  KILN_CHECK(step.evidence().replayable, "bench", "{}: the step was not compiled:\n{}", name,
+             step.evidence().str());
+  run_workload(name, w, mem, [&] { step(inputs); });
+}
+
+void mlp_compiled(const std::string& name, int64_t batch) {
+  MemoryProbe mem;
+  Rngs rngs(0);
+  nn::Init init(rngs);
+  nn::Sequential net(nn::Linear(784, 256, init), nn::ReLU(), nn::Linear(256, 256, init), nn::ReLU(),
+                     nn::Linear(256, 10, init));
+  optim::Adam opt(net.parameters(), {.lr = 1e-3});
+  Generator gen(1);
+  Tensor x = randn({batch, 784}, gen), y = randint(0, 10, {batch}, gen);
+  double flops = 2.0 * double(batch) * (2 * (784 * 256 + 256 * 256 + 256 * 10) + 256 * 256 + 256 * 10);
+  train::CompiledStep step(
+      [&](const std::vector<Tensor>& in) {
+        Tensor loss = cross_entropy(net.forward(in[0]), in[1]);
+        return std::vector<Tensor>{loss, train::update_guarded(loss, opt)};
+      },
+      {.modules = {&net}});
+  run_compiled(name, {.unit = "samples/s", .items_per_step = double(batch), .flops_per_step = flops}, mem,
+                     step, {x, y});
+}
+
+void cnn_compiled(const std::string& name, int64_t batch) {
+  MemoryProbe mem;
+  Rngs rngs(0);
+  nn::Init init(rngs);
+  nn::Sequential net = cnn_b64_model(init);
+  optim::Adam opt(net.parameters(), {.lr = 1e-3});
+  Generator gen(1);
+  Tensor x = randn({batch, 1, 28, 28}, gen), y = randint(0, 10, {batch}, gen);
+  // The flops of train_cnn_bench.cpp's row are not needed to compare speeds: 0 here.
+  train::CompiledStep step(
+      [&](const std::vector<Tensor>& in) {
+        Tensor loss = cross_entropy(net.forward(in[0]), in[1]);
+        return std::vector<Tensor>{loss, train::update_guarded(loss, opt)};
+      },
+      {.modules = {&net}});
+  run_compiled(name, {.unit = "samples/s", .items_per_step = double(batch), .flops_per_step = 0}, mem, step,
+                     {x, y});
+}
+
+void gpt_compiled(const std::string& name) {
+  MemoryProbe mem;
+  Rngs rngs(0);
+  models::GPTConfig cfg{};
+  models::GPT gpt(cfg, rngs);
+  optim::AdamW opt(gpt.parameters(), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1});
+  Generator gen(1);
+  const int64_t B = 12, T = 64;
+  Tensor idx = randint(0, cfg.vocab_size, {B, T}, gen);
+  Tensor targets = randint(0, cfg.vocab_size, {B, T}, gen);
+  train::CompiledStep step(
+      [&](const std::vector<Tensor>& in) {
+        Tensor loss = gpt.loss(in[0], in[1]);
+        return std::vector<Tensor>{loss, train::update_guarded(loss, opt)};
+      },
+      {.modules = {&gpt}});
+  run_compiled(name, {.unit = "tokens/s", .items_per_step = double(B * T), .flops_per_step = 0}, mem, step,
+                     {idx, targets});
+}
+
+// train_rl_bench.cpp's actor-critic: trunk 4-64-64 tanh, policy head 2, value head 1.
+struct ActorCritic : nn::Module {
+  explicit ActorCritic(const nn::Init& init)
+      : l1(register_module("l1", nn::Linear(4, 64, init))),
+        l2(register_module("l2", nn::Linear(64, 64, init))),
+        pi(register_module("pi", nn::Linear(64, 2, init))),
+        v(register_module("v", nn::Linear(64, 1, init))) {}
+  std::pair<Tensor, Tensor> forward(const Tensor& obs) const {
+    Tensor h = tanh(l2(tanh(l1(obs))));
+    return {pi(h), squeeze(v(h), -1)};
+  }
+  nn::Shared<nn::Linear> l1, l2, pi, v;
+};
+
+void ppo_update_compiled(const std::string& name, int64_t batch) {
+  MemoryProbe mem;
+  Rngs rngs(0);
+  nn::Init init(rngs);
+  ActorCritic net(init);
+  optim::Adam opt(net.parameters(), {.lr = 3e-4});
+  Generator gen(1);
+  Tensor obs = randn({batch, 4}, gen);
+  Tensor actions = unsqueeze(randint(0, 2, {batch}, gen), 1);
+  Tensor old_logp = randn({batch}, gen) * 0.1 - 0.7;
+  Tensor adv = randn({batch}, gen), returns = randn({batch}, gen);
+  train::CompiledStep step(
+      [&](const std::vector<Tensor>& in) {
+        auto [logits, value] = net.forward(in[0]);
+        Tensor logp_all = log_softmax(logits, -1);
+        Tensor logp = squeeze(gather(logp_all, 1, in[1]), 1);
+        Tensor ratio = exp(logp - in[2]);
+        Tensor surr = minimum(ratio * in[3], clamp(ratio, 0.8, 1.2) * in[3]);
+        Tensor entropy = mean(neg(sum(exp(logp_all) * logp_all, {-1})));
+        Tensor loss = neg(mean(surr)) + 0.5 * mse_loss(value, in[4]) - 0.01 * entropy;
+        return std::vector<Tensor>{loss, train::update_guarded(loss, opt)};
+      },
+      {.modules = {&net}});
+  run_compiled(name, {.unit = "steps/s", .items_per_step = 1, .flops_per_step = 0}, mem, step,
+                     {obs, actions, old_logp, adv, returns});
+}
+
+void ac_forward_compiled(const std::string& name) {
+  MemoryProbe mem;
+  Rngs rngs(0);
+  nn::Init init(rngs);
+  ActorCritic net(init);
+  Generator gen(1);
+  Tensor obs = randn({1, 4}, gen);
+  NoGradGuard no_grad;  // grad mode is part of the signature: the whole bench runs without it
+  train::CompiledStep step(
+      [&](const std::vector<Tensor>& in) {
+        auto [logits, value] = net.forward(in[0]);
+        return std::vector<Tensor>{logits, value};
+      },
+      {.modules = {&net}});
+  run_compiled(name, {.unit = "us/call", .items_per_step = 1, .flops_per_step = 0}, mem, step, {obs});
+}
+
+}  // namespace
+
+void compile_benches(std::vector<Bench>& out) {
+  out.push_back({"mlp_b64_compiled", [](const std::string& n) { mlp_compiled(n, 64); }});
+  out.push_back({"cnn_b64_compiled", [](const std::string& n) { cnn_compiled(n, 64); }});
+  out.push_back({"gpt_char_compiled", [](const std::string& n) { gpt_compiled(n); }});
+  out.push_back({"ppo_update_b64_compiled", [](const std::string& n) { ppo_update_compiled(n, 64); }});
+  out.push_back({"ac_forward_b1_compiled", [](const std::string& n) { ac_forward_compiled(n); }});
+}
+
+}  // namespace bench

@@ -1,0 +1,95 @@
+// --compile on the jobs (docs/compile.md): the same run as without it, bit
+// for bit (metrics and checkpoint tensors), and a run resumes across the two.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "apps/kiln/fashion_mnist.h"
+#include "apps/kiln/rl.h"
+#include "kiln/io/safetensors.h"
+#include "tests/support/apps_testing.h"
+
+namespace kiln::app {
+namespace {
+
+// Every tensor of two checkpoints, equal bit for bit.
+void expect_same_checkpoint(const std::string& a, const std::string& b) {
+  nn::StateDict sa = io::load_safetensors(a), sb = io::load_safetensors(b);
+  ASSERT_EQ(sa.keys(), sb.keys());
+  for (const auto& [k, v] : sa) EXPECT_TRUE(kiln::testing::equal(v, sb.at(k))) << k;
+}
+
+// metrics.csv without the columns that measure time (they differ between runs).
+std::vector<std::string> losses(const std::string& csv) {
+  std::vector<std::string> lines = kiln::testing::read_lines(csv), out;
+  auto split = [](const std::string& line) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+    return cells;
+  };
+  if (lines.empty()) return out;
+  std::vector<std::string> header = split(lines[0]);
+  std::vector<bool> keep;
+  for (const std::string& h : header)
+    keep.push_back(h.find("elapsed") == std::string::npos && h.find("_ms") == std::string::npos &&
+                   h.find("per_s") == std::string::npos && h.find("seconds") == std::string::npos &&
+                   h.find("sps") == std::string::npos && h.find("time") == std::string::npos);
+  for (const std::string& line : lines) {
+    std::vector<std::string> cells = split(line);
+    std::string kept;
+    for (size_t i = 0; i < cells.size(); ++i)
+      if (i >= keep.size() || keep[i]) kept += cells[i] + ",";
+    out.push_back(kept);
+  }
+  return out;
+}
+
+std::ostringstream& fashion_log() {
+  static std::ostringstream log;
+  return log;
+}
+
+FashionMnistResult fashion(const std::string& dir, bool compile, int64_t epochs, const std::string& resume = "") {
+  std::ostringstream& log = fashion_log();
+  FashionMnistOptions o{.model = "mlp", .epochs = epochs, .threads = 1, .out = dir, .resume = resume,
+                        .limit = 640, .test_limit = 200, .compile = compile, .log = &log, .tty = false};
+  return train_fashion_mnist(o);
+}
+
+TEST(CompileJob, FashionMnistWithCompileIsTheEagerRunAndResumesAcross) {
+  const std::string base = kiln::testing::fresh_dir(), eager = base + "/eager", compiled = base + "/compiled";
+  FashionMnistResult e1 = fashion(eager, false, 1), c1 = fashion(compiled, true, 1);
+  // 640 / 64 = 10 steps: one recording, nine replays (the log says so).
+  EXPECT_NE(fashion_log().str().find("compiled step: 1 recording, 9 replays, 0 eager steps"), std::string::npos)
+      << fashion_log().str();
+  EXPECT_EQ(e1.test_accuracy, c1.test_accuracy);
+  EXPECT_EQ(losses(e1.csv), losses(c1.csv));
+  expect_same_checkpoint(e1.checkpoint, c1.checkpoint);
+  // The eager run resumed with --compile, the compiled one without: both
+  // continue as an uninterrupted run would.
+  FashionMnistResult e2 = fashion(eager, true, 2, "latest"), c2 = fashion(compiled, false, 2, "latest");
+  EXPECT_EQ(e2.test_accuracy, c2.test_accuracy);
+  EXPECT_EQ(losses(e2.csv), losses(c2.csv));
+  expect_same_checkpoint(e2.checkpoint, c2.checkpoint);
+  std::filesystem::remove_all(base);
+}
+
+TEST(CompileJob, PpoWithCompileIsTheEagerRun) {
+  const std::string base = kiln::testing::fresh_dir(), eager = base + "/eager", compiled = base + "/compiled";
+  std::ostringstream log;
+  auto run = [&](const std::string& dir, bool compile) {
+    return run_ppo({.env = "cartpole", .total_steps = 4096, .envs = 4, .out = dir, .eval_every = 2048,
+                    .eval_episodes = 2, .compile = compile, .log = &log});
+  };
+  PPOJobResult e = run(eager, false), c = run(compiled, true);
+  EXPECT_EQ(e.iterations, c.iterations);
+  EXPECT_EQ(e.eval_return, c.eval_return);
+  EXPECT_EQ(losses(e.csv), losses(c.csv));
+  expect_same_checkpoint(e.checkpoint, c.checkpoint);
+  std::filesystem::remove_all(base);
+}
+
+}  // namespace
+}  // namespace kiln::app
