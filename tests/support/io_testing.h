@@ -5,6 +5,9 @@
 
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/checkpoint_manager.h"
+#include "kiln/io/gguf.h"
 #include "kiln/io/read_file.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/io/translate.h"
+#include "kiln/io/weight_source.h"
 #include "tests/support/optim_testing.h"
