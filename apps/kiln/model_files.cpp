@@ -80,9 +80,8 @@ void inspect_file(const InspectOptions& o) {
     return;
   }
   io::WeightSource src = io::WeightSource::open(o.path);
-  std::string config = src.format() == "safetensors" ? checkpoint_config(o.path) : std::string();
-  out << fmt::format("{}: {}{}, {} tensors\n", o.path, src.format(), config.empty() ? "" : " (kiln checkpoint)",
-                     src.names().size());
+  std::string config = src.format() == "kiln-checkpoint" ? checkpoint_config(o.path) : std::string();
+  out << fmt::format("{}: {}, {} tensors\n", o.path, src.format(), src.names().size());
   if (!config.empty()) out << "  config = " << config << "\n";
   for (const auto& [k, v] : src.metadata())
     if (config.empty() || k.rfind("kiln.", 0) != 0) out << fmt::format("  {} = {}\n", k, v.size() > 200 ? v.substr(0, 200) + "..." : v);

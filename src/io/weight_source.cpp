@@ -143,9 +143,15 @@ WeightSource WeightSource::open(const std::string& path) {
   } else if (!safetensors && !magic.empty() && (magic[0] == '{' || magic[0] == ' ' || magic[0] == '\n')) {
     impl->format = "safetensors-sharded";
     add_manifest(*impl, path);
+  } else if (!safetensors && !magic.empty() && magic[0] == '\x08') {
+    // An ONNX ModelProto starts with field 1 (ir_version) as a varint: byte 0x08.
+    fail(path, "looks like an ONNX model (protobuf); ONNX import is not supported yet (kiln reads safetensors, "
+               "safetensors manifests and GGUF)");
   } else {
-    impl->format = "safetensors";
     add_safetensors(*impl, path);
+    // A kiln checkpoint is a safetensors file whose metadata carries kiln's format
+    // version; its model tensors are under their prefixes ("model." ...).
+    impl->format = impl->metadata.count("kiln.format_version") ? "kiln-checkpoint" : "safetensors";
   }
   return WeightSource(std::move(impl));
 }

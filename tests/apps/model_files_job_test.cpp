@@ -89,7 +89,8 @@ TEST(ModelFilesJob, ConvertsALanguageModelToGgufThatGenerates) {
     if (e.path().extension() == ".safetensors") ckpt = e.path().string();
   ASSERT_FALSE(ckpt.empty());
   inspect_file({.path = ckpt, .out = &i2});
-  EXPECT_NE(i2.str().find("safetensors (kiln checkpoint)"), std::string::npos) << i2.str();
+  EXPECT_NE(i2.str().find(": kiln-checkpoint, "), std::string::npos) << i2.str();
+  EXPECT_NE(i2.str().find("config = {"), std::string::npos) << i2.str();
 }
 
 TEST(ModelFilesJob, ConvertsBetweenSafetensorsAndGguf) {

@@ -139,6 +139,20 @@ TEST(WeightSource, BadManifestsAreRefusedNamingTheProblem) {
   write_text(m, "{not json");
   EXPECT_KILN_ERROR(WeightSource::open(m), "not a JSON object");
   EXPECT_KILN_ERROR(WeightSource::open(dir + "/none.safetensors"), "no such file");
+  // An ONNX ModelProto (field 1, ir_version 7, as torch.onnx.export writes first).
+  write_bytes(dir + "/m.onnx", std::string("\x08\x07\x12\x07pytorch", 10));
+  EXPECT_KILN_ERROR(WeightSource::open(dir + "/m.onnx"), "looks like an ONNX model");
+}
+
+TEST(WeightSource, NamesKilnCheckpointsAsSuch) {
+  std::string dir = fresh_dir();
+  Rngs rngs(0);
+  nn::Linear lin(4, 3, rngs);
+  Checkpoint().model(lin, "model").save(dir + "/c.safetensors");
+  WeightSource src = WeightSource::open(dir + "/c.safetensors");
+  EXPECT_EQ(src.format(), "kiln-checkpoint");
+  EXPECT_EQ(src.names(), (std::vector<std::string>{"model.bias", "model.weight"}));
+  EXPECT_TRUE(equal(src.load("model.weight"), lin.weight));
 }
 
 /// Resident set size in bytes (/proc/self/statm's second field, in pages).

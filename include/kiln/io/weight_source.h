@@ -34,7 +34,9 @@ class WeightSource {
   ///   Tensor w = src.load("transformer.h.0.attn.c_attn.weight");
   static WeightSource open(const std::string& path);
 
-  /// "safetensors", "gguf" or "safetensors-sharded".
+  /// "safetensors", "kiln-checkpoint" (a safetensors file of io::Checkpoint,
+  /// its tensors under their objects' prefixes), "gguf" or "safetensors-sharded".
+  /// An ONNX file is refused by name (not supported yet).
   const std::string& format() const;
   /// Every tensor's name, sorted.
   std::vector<std::string> names() const;
