@@ -454,10 +454,15 @@ GgufMeta parse_gguf(const char* op, const std::string& path, const FileBytes& fi
     for (auto& d : ne) d = c.read<uint64_t>("tensor dim");
     t.type = c.read<uint32_t>("tensor type");
     t.offset = c.read<uint64_t>("tensor offset");
-    int64_t numel = 1;
+    // The element count, and the product of the non-zero dims: an empty
+    // tensor's strides are still products of its other dims and must fit in
+    // int64 (the fuzzer found [0, 2^37, 2^48] accepted here and refused by
+    // Tensor::empty on load).
+    int64_t numel = 1, strides_span = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       if (ne[d] > uint64_t(std::numeric_limits<int64_t>::max()) ||
-          __builtin_mul_overflow(numel, int64_t(ne[d]), &numel))
+          __builtin_mul_overflow(numel, int64_t(ne[d]), &numel) ||
+          __builtin_mul_overflow(strides_span, std::max<int64_t>(int64_t(ne[d]), 1), &strides_span))
         fail(op, path, "tensor '{}': dims overflow the element count (ne[{}] = {})", t.name, d, ne[d]);
     }
     for (int d = int(n_dims) - 1; d >= 0; --d) t.shape.push_back(int64_t(ne[size_t(d)]));

@@ -199,6 +199,8 @@ TEST_F(Gguf, MalformedFilesAreRefusedNamingTheProblem) {
   expect(one_tensor({4}, 0, 1ull << 62).pad(32).raw(64).s, "run past the data section");
   expect(one_tensor({1ull << 40, 1ull << 40}, 0, 0).pad(32).raw(64).s, "dims overflow the element count");
   expect(one_tensor({1ull << 62, 1}, 0, 0).pad(32).raw(64).s, "dims overflow the byte count");
+  // Empty, but its strides would overflow (found by the fuzzer).
+  expect(one_tensor({1, 1ull << 48, 0, 1ull << 37}, 0, 0).pad(32).raw(64).s, "dims overflow the element count");
   expect(one_tensor({1, 1, 1, 1, 1}, 0, 0).pad(32).raw(64).s, "5 dims, more than GGUF's 4");
   expect(one_tensor({48}, 8, 0).pad(32).raw(64).s, "rows of 48 values are not whole blocks of 32");
   {  // two tensors over the same bytes
@@ -327,6 +329,13 @@ TEST_F(Gguf, ReadsTheFilesOfAnIndependentWriter) {
   nn::QuantizedTensor q = types.load_quantized("q8");
   EXPECT_EQ(q.scales.data<float>()[1], 1.0f);
   EXPECT_EQ(GgufFile::open(dir + "/version2.gguf").version(), 2u);
+}
+
+// tests/fuzz/crashes/gguf_empty_tensor_stride_overflow.gguf (its README).
+TEST_F(Gguf, FuzzReproducerIsRefused) {
+  EXPECT_KILN_ERROR(
+      GgufFile::open(std::string(KILN_SOURCE_DIR) + "/tests/fuzz/crashes/gguf_empty_tensor_stride_overflow.gguf"),
+      "tensor 'four': dims overflow the element count");
 }
 
 TEST_F(Gguf, WriterChecksEverythingBeforeCreatingTheFile) {
