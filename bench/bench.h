@@ -173,5 +173,6 @@ void train_vqvae_benches(std::vector<Bench>& out);  // vqvae_b128, vqvae_rvq4_b1
 void moe_benches(std::vector<Bench>& out);          // moe_gpt_char: moe_bench.cpp
 void dit_benches(std::vector<Bench>& out);          // dit_b64 (flow matching DiT step): dit_bench.cpp
 void compile_benches(std::vector<Bench>& out);      // the workloads compiled (*_compiled): compile_bench.cpp
+void quant_benches(std::vector<Bench>& out);        // mem_bandwidth, quant_matvec, gpt_generate_q: quant_bench.cpp
 
 }  // namespace bench

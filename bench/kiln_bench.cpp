@@ -123,6 +123,7 @@ std::vector<Bench> all_benches() {
   moe_benches(out);
   dit_benches(out);
   compile_benches(out);
+  quant_benches(out);
   return out;
 }
 

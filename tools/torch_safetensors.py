@@ -4,7 +4,8 @@
 Moves PyTorch state_dicts to and from kiln with nothing but PyTorch, numpy and
 the standard library (Debian python3-torch 1.13 and python3-numpy). The format
 is kiln's (docs/io.md): u64 little-endian header length N, N bytes of JSON
-padded with spaces so the data starts 8-byte aligned, then every tensor's
+padded with spaces so the data starts 64-byte aligned (kiln's writer; the
+reference pads to 8), then every tensor's
 bytes, row-major and little-endian, in the header's order with no gaps.
 
 As a module (tools/ on sys.path):
@@ -100,7 +101,7 @@ def _layout(tensors, metadata):
         header[name] = {"dtype": dtype, "shape": list(x.shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    text += b" " * (-len(text) % 8)  # 8 + N is a multiple of 8: the data is 8-byte aligned
+    text += b" " * (-(8 + len(text)) % 64)  # 8 + N is a multiple of 64: the data is 64-byte aligned, as kiln writes
     return struct.pack("<Q", len(text)) + text, list(tensors.values())
 
 

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "apps/kiln/lm.h"
+#include "apps/kiln/model_files.h"
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
 #include "kiln/models/generate.h"
@@ -28,7 +29,8 @@ std::string generate_text(const GenerateTextOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   std::ostream& out = o.out ? *o.out : std::cout;
 
-  LanguageModel lm = load_lm(o.checkpoint);
+  // A GGUF model file of `kiln convert` (maybe quantized), or a checkpoint of `kiln train lm`.
+  LanguageModel lm = is_gguf_file(o.checkpoint) ? load_lm_gguf(o.checkpoint) : load_lm(o.checkpoint);
   std::vector<int64_t> prompt;
   try {
     prompt = lm.tokenizer->encode(o.prompt);

@@ -9,6 +9,7 @@
 //   kiln rl ppo cartpole|pendulum [--total-steps N] [--envs N] [--eval-every N] [--eval-episodes N] ...
 //   kiln rl dqn cartpole | kiln rl sac pendulum [--total-steps N] [--eval-every N] [--eval-episodes N] ...
 //   kiln control RUN_DIR status|pause|resume|stop|checkpoint|evaluate|set NAME=VALUE
+//   kiln inspect FILE | kiln convert IN OUT [--quantize q8_0|q4_0] (apps/kiln/model_files.h)
 //
 // Every job (train and rl) takes the same run flags (apps/kiln/run_flags.h):
 // --out DIR --seed N --threads N --resume [latest|PATH] --overwrite
@@ -38,6 +39,7 @@
 #include "apps/kiln/flow_cli.h"
 #include "apps/kiln/generate.h"
 #include "apps/kiln/lm.h"
+#include "apps/kiln/model_files.h"
 #include "apps/kiln/rl.h"
 #include "apps/kiln/rl_offpolicy.h"
 #include "apps/kiln/run_flags.h"
@@ -220,7 +222,7 @@ int run(int argc, char** argv) {
 
   auto* gen = app.add_subcommand("generate", "sample text from a `kiln train lm` checkpoint, streamed");
   kiln::app::GenerateTextOptions g;
-  gen->add_option("--checkpoint", g.checkpoint, "a checkpoint file, or a run folder (its newest)")->required();
+  gen->add_option("--checkpoint", g.checkpoint, "a checkpoint file, a run folder (its newest), or a GGUF model of `kiln convert`")->required();
   gen->add_option("--prompt", g.prompt, "the text to continue")->capture_default_str();
   add_integer(gen, "--max-new-tokens", g.max_new_tokens, "tokens to sample", 0, 1e9);
   add_real(gen, "--temperature", g.temperature, "logits / T; 0: greedy", kNonNegative);
@@ -228,6 +230,18 @@ int run(int argc, char** argv) {
   add_real(gen, "--top-p", g.top_p, "nucleus: the likeliest tokens up to this mass", {.lo = 0, .hi = 1, .lo_open = true});
   add_integer(gen, "--seed", g.seed, "seed of the draws", 0, kMaxSeed);
   add_integer(gen, "--threads", g.threads, "threads (default: all cores)", 1, kMaxThreads, false);
+
+  // Model files (docs/model_files.md).
+  auto* inspect = app.add_subcommand("inspect", "show a model file: format, metadata, tensors (safetensors, GGUF, manifest)");
+  kiln::app::InspectOptions inspect_o;
+  inspect->add_option("file", inspect_o.path, "the file")->required();
+  add_integer(inspect, "--max-items", inspect_o.max_items, "array metadata items shown", 0, 1e9);
+  auto* convert = app.add_subcommand("convert", "convert a model file (a `kiln train lm` checkpoint -> a GGUF model)");
+  kiln::app::ConvertOptions convert_o;
+  convert->add_option("in", convert_o.input, "checkpoint, run folder, safetensors file or manifest, GGUF file")->required();
+  convert->add_option("out", convert_o.output, "a .gguf or .safetensors file")->required();
+  convert->add_option("--quantize", convert_o.quantize, "q8_0 or q4_0 (GGUF output)")
+      ->check(CLI::IsMember({"q8_0", "q4_0"}));
 
   try {
     app.parse(argc, argv);
@@ -267,6 +281,8 @@ int run(int argc, char** argv) {
     }
     return kiln::app::print_control_answer(kiln::app::send_control_request(control_dir, request), std::cout);
   }
+  if (inspect->parsed()) kiln::app::inspect_file(inspect_o);
+  if (convert->parsed()) kiln::app::convert_file(convert_o);
   if (gen->parsed()) {
     clamp_threads(g.threads);
     kiln::app::generate_text(g);

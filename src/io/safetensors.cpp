@@ -267,6 +267,22 @@ FileBytes::~FileBytes() {
   if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+FileBytes FileBytes::map_lazily(const char* op, const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail(op, path, "cannot open: {}", errno_text(errno));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) fail(op, path, "cannot stat: {}", errno_text(errno));
+  if (!S_ISREG(st.st_mode)) fail(op, path, "not a regular file");
+  if (st.st_size == 0) return FileBytes();
+  FileBytes f;
+  f.size_ = size_t(st.st_size);
+  void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (p == MAP_FAILED) fail(op, path, "cannot map {} bytes: {}", f.size_, errno_text(errno));
+  f.data_ = static_cast<const uint8_t*>(p);
+  f.mapped_ = true;
+  return f;
+}
+
 FileBytes FileBytes::open(const char* op, const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) fail(op, path, "cannot open: {}", errno_text(errno));
@@ -454,8 +470,14 @@ void save_safetensors(const std::string& path, const nn::StateDict& tensors,
     fail(op, path, "a tensor name or metadata string is not valid UTF-8 ({})", e.what());
   }
   text += '}';
-  // Pad with spaces so the data buffer starts 8-byte aligned (as the reference writer does).
-  text.append((8 - text.size() % 8) % 8, ' ');
+  // Pad with spaces so the data buffer starts 64-byte aligned in the file (the
+  // reference writer pads to 8; 64 is a multiple, so its readers are content).
+  // A mapping starts on a page, so every tensor whose preceding bytes are a
+  // multiple of 64 (all of a model's f32 matrices, in practice) lies on a cache
+  // line and io::WeightSource can alias it without a copy. The format allows no
+  // gaps between tensors, so an odd-sized tensor shifts the ones after it;
+  // those are still aliased when aligned to their element size.
+  text.append((64 - (8 + text.size()) % 64) % 64, ' ');
   uint8_t len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
 

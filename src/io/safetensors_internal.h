@@ -41,8 +41,13 @@ struct Header {
 class FileBytes {
  public:
   static constexpr size_t kMapThreshold = size_t(1) << 20;
+  bool mapped() const { return mapped_; }
   /// Throws "[op] path: cannot open: ..." and the like.
   static FileBytes open(const char* op, const std::string& path);
+  /// The file mapped (at any size above 0) without reading it in: pages are
+  /// read on first touch, so opening a large file costs no resident memory
+  /// until tensors are used (io::WeightSource). Empty files are read.
+  static FileBytes map_lazily(const char* op, const std::string& path);
   /// A copy of `size` bytes, as if read from a file (for fuzzing and tests).
   static FileBytes from_memory(const void* data, size_t size);
 

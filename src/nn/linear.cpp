@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "kiln/core/error.h"
+#include "kiln/core/grad_mode.h"
+#include "kiln/nn/quantized.h"
 #include "kiln/ops/linalg.h"
 
 namespace kiln::nn {
@@ -14,6 +16,7 @@ Linear::Linear(int64_t in, int64_t out, const Init& init, bool with_bias) : in_f
 }
 
 Tensor Linear::forward(const Tensor& x) const {
+  if (quantized && !GradMode::is_enabled()) return quantized_linear(x, *quantized, bias);
   // Mixed precision (docs/mixed_precision.md): input and parameters in the compute dtype.
   return linear(to_compute(x), to_compute(weight), to_compute(bias));
 }

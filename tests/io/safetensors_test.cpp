@@ -146,7 +146,7 @@ TEST_F(Safetensors, EmptyStateDictAndLargeTensor) {
 }
 
 // The layout the reference writer produces: metadata first, tensors in order,
-// header padded with spaces to a multiple of 8, data little-endian and dense.
+// header padded with spaces (data 64-byte aligned), data little-endian and dense.
 TEST_F(Safetensors, WritesTheReferenceLayout) {
   nn::StateDict sd{{"z", tensor({1.0f, -2.0f})}, {"a", tensor(std::vector<int64_t>{258})}};
   save_safetensors(path("l.safetensors"), sd, {{"format", "pt"}});
@@ -160,7 +160,9 @@ TEST_F(Safetensors, WritesTheReferenceLayout) {
   EXPECT_EQ(trimmed,
             R"({"__metadata__":{"format":"pt"},"z":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
             R"("a":{"dtype":"I64","shape":[1],"data_offsets":[8,16]}})");
-  EXPECT_EQ(header.size() - trimmed.size(), (8 - (trimmed.size() % 8)) % 8);
+  // Padded so the data starts 64-byte aligned (a multiple of the reference's 8).
+  EXPECT_EQ(header.size() - trimmed.size(), (64 - ((8 + trimmed.size()) % 64)) % 64);
+  EXPECT_EQ((8 + n) % 64, 0u);
   std::string data = bytes.substr(8 + n);
   ASSERT_EQ(data.size(), 16u);
   float f[2];

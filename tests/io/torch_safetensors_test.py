@@ -95,10 +95,10 @@ class RoundTrip(Case):
         st.save(self.path("a.safetensors"), {"w": torch.tensor([[1.0, 2.0]]), "n": torch.tensor(7)}, {"k": "v"})
         header = b'{"__metadata__":{"k":"v"},"w":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]},' \
                  b'"n":{"dtype":"I64","shape":[],"data_offsets":[8,16]}}'
-        header += b" " * (-len(header) % 8)
+        header += b" " * (-(8 + len(header)) % 64)
         want = struct.pack("<Q", len(header)) + header + struct.pack("<2f", 1.0, 2.0) + struct.pack("<q", 7)
         self.assertEqual(pathlib.Path(self.path("a.safetensors")).read_bytes(), want)
-        self.assertEqual((8 + len(header)) % 8, 0)
+        self.assertEqual((8 + len(header)) % 64, 0)
 
     def test_bad_arguments_touch_no_file(self):
         p = self.path("a.safetensors")

@@ -2,12 +2,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "kiln/nn/init.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::nn {
+
+struct QuantizedTensor;  // kiln/nn/quantized.h
 
 class Linear : public Module {
  public:
@@ -22,6 +25,9 @@ class Linear : public Module {
   int64_t out_features;
   Parameter weight;  // [out_features, in_features]
   Parameter bias;    // [out_features], undefined without bias
+  // Set by nn::quantize(module, ...) (kiln/nn/quantized.h): with grad mode off,
+  // forward multiplies by this quantized copy of `weight` instead.
+  std::shared_ptr<const QuantizedTensor> quantized;
 };
 
 }  // namespace kiln::nn

@@ -1,0 +1,179 @@
+// Q8_0 / Q4_0 quantization: codes byte-identical to a numpy port of ggml's
+// reference quantizer (tools/goldens/ggml_quant.py), the error targets of
+// SPECS I5 on Gaussian weights, both kernel ISAs against the reference
+// product, QuantizedLinear and quantize(module).
+#include "kiln/nn/quantized.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "src/backend/cpu/quant/quant.h"
+#include "tests/support/nn_testing.h"
+
+namespace kiln::nn {
+namespace {
+using namespace kiln::testing;
+namespace cpu = backend::cpu;
+
+Tensor from_bits(const nlohmann::json& bits, int64_t rows, int64_t cols) {
+  Tensor x = Tensor::empty({rows, cols}, kF32);
+  for (int64_t i = 0; i < rows * cols; ++i) x.data<float>()[i] = std::bit_cast<float>(bits[size_t(i)].get<uint32_t>());
+  return x;
+}
+
+TEST(Quantized, CodesMatchGgmlsReferenceQuantizerByteForByte) {
+  for (const auto& c : golden("nn_quant_ggml")["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    int64_t rows = c["rows"], cols = c["cols"];
+    Tensor x = from_bits(c["x"], rows, cols);
+    for (QuantType type : {QuantType::q8_0, QuantType::q4_0}) {
+      SCOPED_TRACE(quant_type_name(type));
+      const auto& want = c[quant_type_name(type)];
+      QuantizedTensor q = quantize(x, type);
+      ASSERT_EQ(q.codes.numel(), int64_t(want["codes"].size()));
+      const auto* codes = static_cast<const uint8_t*>(q.codes.data_ptr());
+      for (int64_t i = 0; i < q.codes.numel(); ++i) {
+        int expect = want["codes"][size_t(i)].get<int>();
+        int got = type == QuantType::q8_0 ? int(int8_t(codes[i])) : int(codes[i]);
+        ASSERT_EQ(got, expect) << "code " << i;
+      }
+      ASSERT_EQ(q.scales.numel(), int64_t(want["scales"].size()));
+      for (int64_t i = 0; i < q.scales.numel(); ++i) {
+        uint16_t bits = want["scales"][size_t(i)].get<uint16_t>();
+        EXPECT_EQ(cpu::fp32_to_fp16(q.scales.data<float>()[i]), bits) << "scale " << i;
+        EXPECT_EQ(q.scales.data<float>()[i], cpu::fp16_to_fp32(bits)) << "scale " << i;
+      }
+    }
+  }
+}
+
+TEST(Quantized, HalfConversionRoundsToNearestEven) {
+  EXPECT_EQ(cpu::fp32_to_fp16(1.0f), 0x3c00);
+  EXPECT_EQ(cpu::fp32_to_fp16(-2.0f), 0xc000);
+  EXPECT_EQ(cpu::fp32_to_fp16(65504.0f), 0x7bff);
+  EXPECT_EQ(cpu::fp32_to_fp16(65520.0f), 0x7c00);                   // rounds up to infinity
+  EXPECT_EQ(cpu::fp32_to_fp16(1.0f + 1.0f / 2048), 0x3c00);         // tie: even (down)
+  EXPECT_EQ(cpu::fp32_to_fp16(1.0f + 3.0f / 2048), 0x3c02);         // tie: even (up)
+  EXPECT_EQ(cpu::fp32_to_fp16(std::ldexp(1.0f, -24)), 0x0001);      // smallest subnormal
+  EXPECT_EQ(cpu::fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);      // tie to even zero
+  EXPECT_EQ(cpu::fp32_to_fp16(std::ldexp(3.0f, -25)), 0x0002);
+  // Every half round-trips.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue;  // NaNs
+    ASSERT_EQ(cpu::fp32_to_fp16(cpu::fp16_to_fp32(uint16_t(h))), h) << h;
+  }
+}
+
+// SPECS I5's targets: relative RMS error of the product vs f32 on Gaussian weights.
+TEST(Quantized, MatrixVectorErrorWithinTargets) {
+  Generator gen(7);
+  Tensor w = randn({256, 1024}, gen), x = randn({4, 1024}, gen);
+  Tensor y = linear(x, w);
+  for (auto [type, target] : {std::pair{QuantType::q8_0, 0.007}, std::pair{QuantType::q4_0, 0.10}}) {
+    Tensor yq = quantized_linear(x, quantize(w, type));
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      double d = double(yq.data<float>()[i]) - y.data<float>()[i];
+      num += d * d;
+      den += double(y.data<float>()[i]) * y.data<float>()[i];
+    }
+    double rel = std::sqrt(num / den);
+    std::printf("relative RMS error of %s: %.5f (target %.3f)\n", quant_type_name(type), rel, target);
+    EXPECT_LE(rel, target) << quant_type_name(type);
+    EXPECT_GT(rel, 0.0);
+  }
+}
+
+TEST(Quantized, KernelsMatchTheReferenceOnBothIsas) {
+  Generator gen(3);
+  for (int64_t rows : {1, 7, 40}) {
+    for (int64_t batch : {1, 3, 4, 5, 9}) {
+      int64_t cols = 96;
+      Tensor w = randn({rows, cols}, gen), x = randn({batch, cols}, gen);
+      for (QuantType type : {QuantType::q8_0, QuantType::q4_0}) {
+        QuantizedTensor q = quantize(w, type);
+        const auto* codes = static_cast<const uint8_t*>(q.codes.data_ptr());
+        std::vector<float> want(size_t(rows * batch));
+        if (type == QuantType::q8_0)
+          cpu::ref::q8_0_matmul(reinterpret_cast<const int8_t*>(codes), q.scales.data<float>(), rows, cols,
+                                x.data<float>(), batch, want.data());
+        else
+          cpu::ref::q4_0_matmul(codes, q.scales.data<float>(), rows, cols, x.data<float>(), batch, want.data());
+        // The reference equals the dequantized matrix times x.
+        Tensor yd = linear(x, dequantize(q));
+        for_each_kernel_isa([&](KernelIsa) {
+          Tensor y = quantized_linear(x, q);
+          for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_NEAR(y.data<float>()[i], want[i], 1e-4 * (1 + std::fabs(want[i])))
+                << quant_type_name(type) << " rows " << rows << " batch " << batch << " at " << i;
+            ASSERT_NEAR(yd.data<float>()[i], want[i], 1e-4 * (1 + std::fabs(want[i])));
+          }
+        });
+      }
+    }
+  }
+}
+
+TEST(Quantized, DequantizeInvertsCodesExactlyOnRepresentableValues) {
+  // Values k * scale with |k| <= 127 and a half scale quantize without error in Q8.
+  Tensor x = Tensor::empty({2, 32}, kF32);
+  for (int64_t i = 0; i < 64; ++i) x.data<float>()[i] = float(int(i * 37 % 255) - 127) * 0.25f;
+  x.data<float>()[5] = 127 * 0.25f;
+  x.data<float>()[32 + 5] = 127 * 0.25f;
+  Tensor back = dequantize(quantize(x, QuantType::q8_0));
+  for (int64_t i = 0; i < 64; ++i) EXPECT_EQ(back.data<float>()[i], x.data<float>()[i]) << i;
+}
+
+TEST(Quantized, QuantizedLinearAndQuantizeModule) {
+  Rngs rngs(11);
+  Init init(rngs);
+  Generator gen(12);
+  Sequential net(Linear(64, 32, init), ReLU(), Linear(32, 5, init), ReLU(), Linear(5, 3, init));
+  Tensor x = randn({2, 64}, gen);
+  Tensor y = net.forward(x);
+  QuantizedLinear ql = QuantizedLinear::from_linear(*net.at<Linear>(0), QuantType::q8_0);
+  EXPECT_EQ(ql.in_features, 64);
+  auto sd = ql.state_dict();
+  EXPECT_TRUE(sd.contains("weight_codes"));
+  EXPECT_TRUE(sd.contains("weight_scales"));
+  EXPECT_TRUE(sd.contains("bias"));
+  Tensor y0 = net.at<Linear>(0)->forward(x);
+  Tensor yq = ql.forward(x);
+  for (int64_t i = 0; i < y0.numel(); ++i) EXPECT_NEAR(yq.data<float>()[i], y0.data<float>()[i], 0.05);
+
+  // The first two Linears (in_features 64 and 32) are quantized, the last (in 5: not whole blocks) is not.
+  EXPECT_EQ(quantize(net, QuantType::q8_0), 2);
+  EXPECT_TRUE(net.at<Linear>(0)->quantized);
+  EXPECT_FALSE(net.at<Linear>(4)->quantized);
+  {
+    NoGradGuard no_grad;
+    Tensor yq2 = net.forward(x);
+    double err = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) err = std::max(err, double(std::fabs(yq2.data<float>()[i] - y.data<float>()[i])));
+    EXPECT_LT(err, 0.05);
+    EXPECT_GT(err, 0.0);  // the quantized path ran
+  }
+  Tensor ygrad = net.forward(x);  // grad mode: the f32 weights
+  for (int64_t i = 0; i < y.numel(); ++i) EXPECT_EQ(ygrad.data<float>()[i], y.data<float>()[i]);
+}
+
+TEST(Quantized, ErrorsNameTheProblem) {
+  Generator gen(1);
+  EXPECT_KILN_ERROR(quantize(randn({4, 33}, gen), QuantType::q8_0), "cols a multiple of 32");
+  EXPECT_KILN_ERROR(quantize(randn({64}, gen), QuantType::q4_0), "matrix");
+  EXPECT_KILN_ERROR(parse_quant_type("q5_k"), "unknown quantization 'q5_k'");
+  QuantizedTensor q = quantize(randn({4, 64}, gen), QuantType::q4_0);
+  EXPECT_KILN_ERROR(quantized_linear(randn({2, 32}, gen), q), "in_features 64");
+  EXPECT_KILN_ERROR(quantized_linear(randn({2, 64}, gen), q, randn({5}, gen)), "bias");
+  QuantizedTensor bad = q;
+  bad.codes = Tensor::empty({4, 64}, kU8);  // q8 size for a q4 tensor
+  EXPECT_KILN_ERROR(QuantizedLinear{bad}, "q4_0 codes must be contiguous u8 [4, 32]");
+  EXPECT_EQ(parse_quant_type("Q4_0"), QuantType::q4_0);
+}
+
+}  // namespace
+}  // namespace kiln::nn
