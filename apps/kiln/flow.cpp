@@ -38,6 +38,7 @@
 #include "kiln/train/callbacks/checkpoint.h"
 #include "kiln/train/callbacks/csv_logger.h"
 #include "kiln/train/callbacks/lr_scheduler.h"
+#include "kiln/train/callbacks/moe_telemetry.h"
 #include "kiln/train/callbacks/progress_bar.h"
 #include "kiln/train/callbacks/stop_on_signal.h"
 #include "kiln/train/callbacks/summary.h"
@@ -137,7 +138,8 @@ class FlowTask : public train::Task {
   train::StepResult training_step(const data::Batch& b) override {
     Tensor x1 = sub(mul(b.input, 2.0), 1.0);
     models::FlowSample s = path_.sample(x1, *rngs());
-    Tensor loss = path_.loss(dit_.forward(s.xt, s.t, b.target, *rngs()), s);
+    Tensor v = dit_.forward(s.xt, s.t, b.target, *rngs());
+    Tensor loss = add(path_.loss(v, s), dit_.aux_loss());  // + the MoE balancing losses (0 when dense)
     const double value = loss.item<double>();
     if (!std::isfinite(value)) return {value, b.size(), -1};
     loss.backward();
@@ -215,7 +217,8 @@ FlowTrainResult train_flow(const FlowTrainOptions& o) {
                                      .num_classes = kClasses,
                                      .class_dropout = o.class_dropout,
                                      .learned_pos_embed = o.pos_embed == "learned",
-                                     .moe_experts = o.moe_experts};
+                                     .moe_experts = o.moe_experts,
+                                     .moe_top_k = o.moe_top_k};
   // The model is built (and its config checked) before the data is read or --out touched.
   Rngs rngs{{"params", o.seed}, {"flow", o.seed + 1}, {"label_dropout", o.seed + 2}};
   auto dit = std::make_shared<models::DiT>(dit_config, rngs);
@@ -261,11 +264,16 @@ FlowTrainResult train_flow(const FlowTrainOptions& o) {
   auto checkpoints = std::make_shared<train::CheckpointCallback>(
       run.checkpoint_dir(), train::CheckpointCallbackOptions{.restore_best = false, .loss_name = "flow_mse"});
   std::shared_ptr<SampleGrid> grids;
+  auto moe_telemetry = std::make_shared<train::MoETelemetry>(dit->moe_layers());
   std::vector<std::shared_ptr<train::Callback>> callbacks = {
       std::make_shared<train::StopOnSignal>(),
       std::make_shared<train::LRSchedulerCallback>(schedule),
+      moe_telemetry,  // the bias updates and the routing columns (nothing when dense)
       std::make_shared<train::ProgressBar>(),
-      std::make_shared<train::CsvLogger>(run.csv(), train::CsvLoggerOptions{.append = false}),
+      std::make_shared<train::CsvLogger>(run.csv(),
+                                         train::CsvLoggerOptions{.append = false, .log_keys = dit->moe_layers().empty()
+                                                                                   ? std::vector<std::string>{}
+                                                                                   : moe_telemetry->columns()}),
       std::make_shared<train::Summary>(),
   };
   if (o.grids) {

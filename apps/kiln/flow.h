@@ -35,7 +35,8 @@ struct FlowTrainOptions {
   double class_dropout = 0.1;         // CFG's label dropout
   std::string pos_embed = "sincos";   // or "learned"
   std::string time_sampling = "uniform";  // or "logit-normal"
-  int64_t moe_experts = 0;            // DiTConfig::moe_experts (not wired yet: > 0 is an error)
+  int64_t moe_experts = 0;            // DiTConfig::moe_experts: > 0 makes every block's FFN an nn::MoE
+  int64_t moe_top_k = 2;              // DiTConfig::moe_top_k (aux-loss-free bias balancing)
   bool bf16 = false;                  // bf16 compute (f32 master weights; docs/mixed_precision.md)
   // The per-epoch sample grid: Euler / Heun, steps, guidance; false: no grids.
   bool grids = true;

@@ -53,7 +53,8 @@ inline std::unique_ptr<FlowCommands> add_flow_commands(CLI::App& app, CLI::App* 
   tf->add_option("--time-sampling", t.time_sampling, "t during training: uniform or logit-normal")
       ->check(CLI::IsMember({"uniform", "logit-normal"}))
       ->capture_default_str();
-  add_integer(tf, "--moe-experts", t.moe_experts, "mixture-of-experts FFN experts (0: dense; needs nn::MoE)", 0, 1024);
+  add_integer(tf, "--moe-experts", t.moe_experts, "mixture-of-experts FFN experts (0: dense; docs/moe.md)", 0, 1024);
+  add_integer(tf, "--moe-top-k", t.moe_top_k, "experts each patch token goes to", 1, 1024);
   tf->add_flag("--bf16", t.bf16, "compute in bf16 (f32 master weights and optimizer)");
   add_integer(tf, "--sample-steps", t.sample_steps, "ODE steps of the per-epoch sample grid", 1, 1e6);
   tf->add_option("--solver", t.solver, "euler or heun")->check(CLI::IsMember({"euler", "heun"}))->capture_default_str();

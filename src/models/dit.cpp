@@ -94,7 +94,8 @@ Tensor LabelEmbedding::drop(const Tensor& labels, Generator& gen) const {
 
 // ---- DiTBlock ----
 
-DiTBlock::DiTBlock(int64_t D, int64_t H, double mlp_ratio, const nn::Init& init) : hidden_size(D) {
+DiTBlock::DiTBlock(int64_t D, int64_t H, double mlp_ratio, const nn::Init& init, const nn::MoEOptions* moe_options)
+    : hidden_size(D) {
   const nn::Init lin = with(init, xavier_2d(), nn::init::zeros());
   const nn::Init zero = with(init, nn::init::zeros(), nn::init::zeros());
   const int64_t F = std::llround(mlp_ratio * double(D));
@@ -103,10 +104,17 @@ DiTBlock::DiTBlock(int64_t D, int64_t H, double mlp_ratio, const nn::Init& init)
   norm1 = register_module("norm1", nn::LayerNorm({D}, init, no_affine));
   attn = register_module("attn", nn::MultiheadAttention(D, H, lin));
   norm2 = register_module("norm2", nn::LayerNorm({D}, init, no_affine));
-  auto dense = register_module(
-      "mlp", nn::Sequential(nn::Linear(D, F, lin), nn::GELU(GeluApproximation::tanh), nn::Linear(F, D, lin)));
-  mlp = dense;
-  mlp_forward = [m = dense.get()](const Tensor& h) { return m->forward(h); };
+  if (moe_options) {
+    auto experts = register_module("mlp", nn::MoE(D, *moe_options, lin));
+    mlp = experts;
+    moe = experts.get();
+    mlp_forward = [m = experts.get()](const Tensor& h) { return m->forward(h); };
+  } else {
+    auto dense = register_module(
+        "mlp", nn::Sequential(nn::Linear(D, F, lin), nn::GELU(GeluApproximation::tanh), nn::Linear(F, D, lin)));
+    mlp = dense;
+    mlp_forward = [m = dense.get()](const Tensor& h) { return m->forward(h); };
+  }
   adaLN_modulation = register_module("adaLN_modulation", nn::Sequential(nn::SiLU(), nn::Linear(D, 6 * D, zero)));
 }
 
@@ -134,6 +142,19 @@ Tensor FinalLayer::forward(const Tensor& x, const Tensor& c) const {
 
 // ---- DiT ----
 
+std::vector<nn::MoE*> DiT::moe_layers() const {
+  std::vector<nn::MoE*> layers;
+  for (const auto& b : *blocks)
+    if (auto* moe = static_cast<const DiTBlock&>(*b).moe) layers.push_back(moe);
+  return layers;
+}
+
+Tensor DiT::aux_loss() const {
+  Tensor total;
+  for (nn::MoE* m : moe_layers()) total = total.defined() ? add(total, m->aux_loss()) : m->aux_loss();
+  return total.defined() ? total : zeros({}, {.dtype = final_layer->linear->weight.value().dtype()});
+}
+
 DiT::DiT(const DiTConfig& cfg, const nn::Init& init) : config(cfg), grid(0) {
   const int64_t p = cfg.patch_size, D = cfg.hidden_size;
   KILN_CHECK(cfg.image_size > 0 && p > 0 && cfg.in_channels > 0, kDiT,
@@ -149,9 +170,9 @@ DiT::DiT(const DiTConfig& cfg, const nn::Init& init) : config(cfg), grid(0) {
              cfg.class_dropout);
   KILN_CHECK(cfg.num_classes > 0 || cfg.class_dropout == 0, kDiT,
              "class_dropout {} needs a class-conditional model (num_classes > 0)", cfg.class_dropout);
-  KILN_CHECK(cfg.moe_experts == 0, kDiT,
-             "moe_experts {} needs nn::MoE (issue 26), which is not wired into DiT yet; use 0 (dense)",
-             cfg.moe_experts);
+  KILN_CHECK(cfg.moe_experts == 0 || (cfg.moe_top_k >= 1 && cfg.moe_top_k <= cfg.moe_experts), kDiT,
+             "moe_top_k {} must be in [1, moe_experts = {}]", cfg.moe_top_k, cfg.moe_experts);
+  KILN_CHECK(cfg.moe_experts >= 0, kDiT, "moe_experts must be >= 0, got {}", cfg.moe_experts);
   grid = cfg.image_size / p;
 
   const nn::Init lin = with(init, xavier_2d(), nn::init::zeros());
@@ -171,7 +192,14 @@ DiT::DiT(const DiTConfig& cfg, const nn::Init& init) : config(cfg), grid(0) {
   else
     pos_embed = register_buffer("pos_embed", kiln::to(sincos_pos_embed_2d(D, grid), init.dtype).reshape({1, grid * grid, D}));
   blocks = register_module("blocks", nn::ModuleList());
-  for (int64_t i = 0; i < cfg.depth; ++i) blocks->push_back(DiTBlock(D, cfg.num_heads, cfg.mlp_ratio, lin));
+  // The MoE's experts share the dense FFN's active FLOPs: width F / k each.
+  const nn::MoEOptions moe{
+      .num_experts = cfg.moe_experts,
+      .top_k = cfg.moe_top_k,
+      .expert_hidden = std::max<int64_t>(1, std::llround(cfg.mlp_ratio * double(D)) / std::max<int64_t>(1, cfg.moe_top_k)),
+      .balance = cfg.moe_balance};
+  for (int64_t i = 0; i < cfg.depth; ++i)
+    blocks->push_back(DiTBlock(D, cfg.num_heads, cfg.mlp_ratio, lin, cfg.moe_experts > 0 ? &moe : nullptr));
   final_layer = register_module("final_layer", FinalLayer(D, p, cfg.in_channels, init));
 }
 

@@ -11,6 +11,7 @@
 #include "apps/kiln/flow.h"
 #include "tests/apps/cli_runner.h"
 #include "kiln/io/checkpoint.h"
+#include "kiln/io/safetensors.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/random.h"
 #include "kiln/ops/reduce.h"
@@ -87,6 +88,31 @@ TEST(FlowJob, TrainResumeSampleAndEvaluate) {
   std::filesystem::remove_all(dir);
 }
 
+// --moe-experts: every block's FFN is an nn::MoE; the routing telemetry is in
+// metrics.csv and the checkpoint holds the experts (and the selection bias).
+TEST(FlowJob, MoEVariantTrainsAndLogsTheRouting) {
+  const std::string dir = kiln::testing::fresh_dir();
+  std::ostringstream log;
+  FlowTrainOptions o = tiny_run(dir + "/moe", log);
+  o.moe_experts = 4;
+  o.moe_top_k = 2;
+  o.grids = false;
+  FlowTrainResult r = train_flow(o);
+  EXPECT_TRUE(std::isfinite(r.loss)) << log.str();
+  const std::vector<std::string> lines = kiln::testing::read_lines(r.csv);
+  ASSERT_EQ(lines.size(), 1u + 4u);
+  EXPECT_NE(lines[0].find("moe/max_violation"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("moe/l0/tokens3"), std::string::npos) << lines[0];
+  auto has = [keys = io::load_safetensors(r.checkpoint)](const std::string& suffix) {
+    for (const auto& [key, t] : keys)
+      if (key.size() >= suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("blocks.0.mlp.router.weight"));
+  EXPECT_FALSE(has("blocks.0.mlp.0.weight"));
+  EXPECT_TRUE(has("blocks.0.attn.in_proj_weight"));  // nothing else renamed
+}
+
 TEST(FlowJob, OptionErrors) {
   std::ostringstream log;
   const std::string dir = kiln::testing::fresh_dir();
@@ -94,8 +120,9 @@ TEST(FlowJob, OptionErrors) {
   o.patch = 5;
   EXPECT_KILN_ERROR(train_flow(o), "[DiT] image_size 28 is not divisible by patch_size 5");
   o = tiny_run(dir + "/x", log);
-  o.moe_experts = 4;
-  EXPECT_KILN_ERROR(train_flow(o), "needs nn::MoE");
+  o.moe_experts = 2;
+  o.moe_top_k = 3;
+  EXPECT_KILN_ERROR(train_flow(o), "[DiT] moe_top_k 3 must be in [1, moe_experts = 2]");
   o = tiny_run(dir + "/x", log);
   o.class_dropout = 0;
   o.guidance = 3;

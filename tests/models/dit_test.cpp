@@ -183,6 +183,50 @@ TEST(DiT, ZeroAtInitialisationAndBlocksAreIdentity) {
   EXPECT_GT(amax(abs(dit.final_layer->linear->weight.grad()), {0, 1}).item<float>(), 0.0f);
 }
 
+// The MoE variant: only blocks.i.mlp.* differ from the dense model's keys, the
+// AdaLN-Zero start still gives exactly 0, and the experts get gradients.
+TEST(DiT, MoEFeedForwardReplacesOnlyTheMlp) {
+  Rngs rngs(3);
+  DiTConfig c = tiny();
+  DiT dense(c, rngs);
+  c.moe_experts = 4;
+  c.moe_top_k = 2;
+  c.moe_balance = nn::MoEBalance::aux;
+  DiT moe(c, rngs);
+  ASSERT_EQ(moe.moe_layers().size(), 2u);
+  EXPECT_EQ(moe.moe_layers()[0]->hidden, 16 * 4 / 2);  // F / k: the dense FFN's active FLOPs
+  auto without_mlp = [](const nn::Module& m) {
+    std::vector<std::string> keys;
+    for (const std::string& k : testing::state_dict_keys(m))
+      if (k.find(".mlp.") == std::string::npos || k.rfind("t_embedder", 0) == 0) keys.push_back(k);
+    return keys;
+  };
+  EXPECT_EQ(without_mlp(moe), without_mlp(dense));
+  std::vector<std::string> k = testing::state_dict_keys(moe);
+  EXPECT_NE(std::find(k.begin(), k.end(), "blocks.1.mlp.router.weight"), k.end());
+
+  Generator g(1);
+  Tensor x = randn({4, 1, 8, 8}, g), t = rand({4}, g), y = tensor<int64_t>({0, 1, 2, 3});
+  Tensor out = moe.forward(x, t, y);
+  EXPECT_EQ(amax(abs(out), {0, 1, 2, 3}).item<float>(), 0.0f);
+  // Past the zero start (a non-zero final layer and gates), the experts learn.
+  for (const auto& [name, p] : moe.named_parameters())
+    if (name.find("adaLN_modulation") != std::string::npos || name.rfind("final_layer", 0) == 0) {
+      NoGradGuard ng;
+      copy_(p.value(), mul(randn(p.value().shape(), g), 0.1));
+    }
+  Tensor v = moe.forward(x, t, y);
+  Tensor aux = moe.aux_loss();
+  EXPECT_GT(aux.item<double>(), 0.0);  // balance = aux: alpha E sum f P > 0
+  add(sum(mul(v, x)), aux).backward();
+  const nn::MoE& layer = *moe.moe_layers()[0];
+  EXPECT_GT(amax(abs(layer.w1.grad()), {0, 1, 2}).item<float>(), 0.0f);
+  EXPECT_GT(amax(abs(layer.router->weight.grad()), {0, 1}).item<float>(), 0.0f);
+  // Dense: aux_loss is an untracked 0.
+  EXPECT_EQ(dense.aux_loss().item<double>(), 0.0);
+  EXPECT_FALSE(dense.aux_loss().requires_grad());
+}
+
 TEST(DiT, UnpatchifyInvertsPatchOrder) {
   Rngs rngs(0);
   DiTConfig cfg = tiny();
@@ -257,7 +301,8 @@ TEST(DiT, Errors) {
   EXPECT_KILN_ERROR(DiT(bad, rngs), "[DiT] image_size 10 is not divisible by patch_size 4");
   bad = tiny();
   bad.moe_experts = 4;
-  EXPECT_KILN_ERROR(DiT(bad, rngs), "[DiT] moe_experts 4 needs nn::MoE");
+  bad.moe_top_k = 5;
+  EXPECT_KILN_ERROR(DiT(bad, rngs), "[DiT] moe_top_k 5 must be in [1, moe_experts = 4]");
   bad = tiny();
   bad.hidden_size = 15;
   EXPECT_KILN_ERROR(DiT(bad, rngs), "hidden_size 15 must be a positive multiple of num_heads 2");

@@ -32,6 +32,7 @@
 #include "kiln/nn/init.h"
 #include "kiln/nn/linear.h"
 #include "kiln/nn/module.h"
+#include "kiln/nn/moe.h"
 #include "kiln/nn/norm.h"
 #include "kiln/nn/time_embedding.h"
 
@@ -50,11 +51,13 @@ struct DiTConfig {
   bool learned_pos_embed = false;  // false: DiT's fixed 2-D sincos (a buffer); true: a parameter N(0, 0.02)
   int64_t frequency_dim = 256;     // the time sinusoid's width
   double time_scale = 1000.0;      // t in [0, 1] times this (nn/time_embedding.h)
-  /// Mixture-of-experts FFN (issue 26's nn::MoE): each block's `mlp` child
-  /// would become an MoE with this many experts. 0: dense. Not wired yet:
-  /// > 0 is an error ("needs nn::MoE"). Only `blocks.i.mlp.*` would change.
+  /// Mixture-of-experts FFN (nn::MoE, docs/moe.md): with moe_experts > 0
+  /// each block's `mlp` child is an MoE of that many GELU experts of width
+  /// mlp_ratio * D / moe_top_k (the dense FFN's active FLOPs), top-k routing
+  /// and the given balancing; no other parameter changes name. 0: dense.
   int64_t moe_experts = 0;
   int64_t moe_top_k = 2;
+  nn::MoEBalance moe_balance = nn::MoEBalance::bias;
 };
 
 /// The DiT's 2-D sincos position embedding (get_2d_sincos_pos_embed), f64
@@ -98,11 +101,12 @@ class LabelEmbedding : public nn::Module {
 /// mlp = Linear(D, F), GELU(tanh), Linear(F, D) (keys mlp.0.*, mlp.2.*);
 /// adaLN_modulation = SiLU, Linear(D, 6D) zero-initialised (keys
 /// adaLN_modulation.1.*). The FFN is the one child `mlp`, called through
-/// mlp_forward, so an nn::MoE (drop-in [..., D] -> [..., D]) can replace it
-/// without renaming any other parameter.
+/// mlp_forward; with `moe` it is an nn::MoE (keys mlp.router.*, mlp.w1, ...)
+/// and no other parameter changes name.
 class DiTBlock : public nn::Module {
  public:
-  DiTBlock(int64_t hidden_size, int64_t num_heads, double mlp_ratio, const nn::Init& init);
+  DiTBlock(int64_t hidden_size, int64_t num_heads, double mlp_ratio, const nn::Init& init,
+           const nn::MoEOptions* moe = nullptr);
   /// x [B, N, D], c [B, D] -> [B, N, D].
   Tensor forward(const Tensor& x, const Tensor& c) const;
 
@@ -110,8 +114,9 @@ class DiTBlock : public nn::Module {
   nn::Shared<nn::LayerNorm> norm1;
   nn::Shared<nn::MultiheadAttention> attn;
   nn::Shared<nn::LayerNorm> norm2;
-  nn::Shared<nn::Module> mlp;                        // the FFN, dense: nn::Sequential
+  nn::Shared<nn::Module> mlp;                        // the FFN: nn::Sequential, or nn::MoE
   std::function<Tensor(const Tensor&)> mlp_forward;  // calls mlp
+  nn::MoE* moe = nullptr;                            // mlp as an MoE, or null
   nn::Shared<nn::Sequential> adaLN_modulation;
 };
 
@@ -153,6 +158,11 @@ class DiT : public nn::Module {
   /// p x p x C patch in (row, col, channel) order).
   Tensor unpatchify(const Tensor& x) const;
   int64_t num_patches() const { return grid * grid; }
+  /// The blocks' MoE FFNs (empty when dense), for telemetry and update_bias.
+  std::vector<nn::MoE*> moe_layers() const;
+  /// The sum of the MoE layers' balancing losses of the latest forward (an
+  /// untracked 0 when dense or balancing is off): add it to the training loss.
+  Tensor aux_loss() const;
   std::string extra_repr() const override;
 
   DiTConfig config;
