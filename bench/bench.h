@@ -168,5 +168,6 @@ void train_lstm_benches(std::vector<Bench>& out);  // lstm: train_lstm_bench.cpp
 void rl_env_benches(std::vector<Bench>& out);       // cartpole_step_e4096, cartpole_step_e8: rl_env_bench.cpp
 void generate_benches(std::vector<Bench>& out);     // lm_generate (KV-cache sampling): generate_bench.cpp
 void rl_ppo_benches(std::vector<Bench>& out);       // ppo_cartpole: rl_ppo_bench.cpp
+void ddp_benches(std::vector<Bench>& out);          // ddp_cnn_b64, ddp_gpt_char, ddp_allreduce: ddp_bench.cpp
 
 }  // namespace bench

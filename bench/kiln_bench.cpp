@@ -118,6 +118,7 @@ std::vector<Bench> all_benches() {
   rl_env_benches(out);
   generate_benches(out);
   rl_ppo_benches(out);
+  ddp_benches(out);
   return out;
 }
 

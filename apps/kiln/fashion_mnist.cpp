@@ -9,6 +9,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "apps/kiln/distributed_job.h"
 #include "apps/kiln/job_run.h"
 #include "apps/kiln/job_support.h"
 
@@ -77,7 +78,11 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   auto test_set = load_split(o, false);
   // Locked for the whole run; refuses a folder holding another run unless
   // resuming or overwriting it; finds the checkpoint to resume from.
-  JobRun run(job_run_options(kOp, "fashion-mnist", o.out, o));
+  // Under mpirun: this rank's place (only rank 0 owns --out and prints).
+  JobDistribution ranks(kOp);
+  JobRunOptions run_options = job_run_options(kOp, "fashion-mnist", o.out, o);
+  run_options.primary = ranks.primary();
+  JobRun run(run_options);
   std::ostream& log = run.log();
   const std::string csv = run.csv();
   const std::string ckpt_dir = run.checkpoint_dir();
@@ -88,7 +93,9 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   if (batch_size < o.batch_size)
     fmt::print(log, "--batch-size {} is more than the {} training images: using batches of {}\n", o.batch_size,
                train_set->size(), batch_size);
-  data::DataLoader train_loader(train_set, {.batch_size = batch_size, .shuffle = true, .seed = o.seed});
+  // batch_size is the global batch: each rank gathers its share of it.
+  data::DataLoader train_loader(train_set, {.batch_size = ranks.rank_batch(batch_size), .shuffle = true,
+                                            .seed = o.seed, .rank = ranks.rank(), .world_size = ranks.world_size()});
   auto test_loader = std::make_shared<data::DataLoader>(
       test_set, data::DataLoaderOptions{.batch_size = std::clamp<int64_t>(test_set->size(), 1, 500),
                                         .shuffle = false, .prefetch = 1});
@@ -102,6 +109,7 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
 
   Rngs rngs{{"params", o.seed}, {"dropout", o.seed + 1}};
   nn::Shared<nn::Sequential> model = o.model == "cnn" ? models::image_cnn(rngs) : models::image_mlp(rngs);
+  std::shared_ptr<train::DistributedHooks> sync = ranks.wrap(*model);  // rank 0's weights, summed gradients
   optim::AdamW opt(model->parameters(), {.lr = o.lr, .weight_decay = o.weight_decay});
   train::Task task(model, opt, &rngs);
   auto schedule = std::make_shared<optim::CosineScheduler>(
@@ -112,8 +120,12 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   // The test split validates each epoch; the best epoch is marked but not
   // restored, so the reported accuracy is the last epoch's, not one picked on
   // the test set.
-  auto checkpoints = std::make_shared<train::CheckpointCallback>(
-      ckpt_dir, train::CheckpointCallbackOptions{.monitor = "val/loss", .restore_best = false});
+  // Only rank 0 writes metrics.csv and checkpoints; the other ranks resume
+  // from rank 0's checkpoint (parts they do not register are not read).
+  const bool writer = ranks.primary();
+  auto checkpoints = writer ? std::make_shared<train::CheckpointCallback>(
+                                  ckpt_dir, train::CheckpointCallbackOptions{.monitor = "val/loss", .restore_best = false})
+                            : nullptr;
   auto validation = std::make_shared<train::Validation>(test_loader);
   std::vector<std::shared_ptr<train::Callback>> callbacks = {
       std::make_shared<train::StopOnSignal>(),  // first: a signal stops the run after the step
@@ -121,25 +133,28 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
       // Before the bar: the epoch's line then carries its val/loss and val/accuracy.
       validation,
       std::make_shared<train::ProgressBar>(),
-      std::make_shared<train::CsvLogger>(
-          csv, train::CsvLoggerOptions{.append = false, .log_keys = {"val/loss", "val/accuracy"}}),
+      writer ? std::make_shared<train::CsvLogger>(
+                   csv, train::CsvLoggerOptions{.append = false, .log_keys = {"val/loss", "val/accuracy"}})
+             : nullptr,
       std::make_shared<train::Summary>(),
       checkpoints,  // its checkpoints hold the other callbacks' epoch-end state
-      std::make_shared<ReleasePreviousRun>(run.folder(), checkpoints),
+      writer ? std::make_shared<ReleasePreviousRun>(run.folder(), checkpoints) : nullptr,
   };
+  std::erase(callbacks, nullptr);  // the writers, on ranks other than 0
   train::Trainer trainer(epochs, callbacks,
-                         {.out = &log, .tty = o.tty, .config = config.dump(), .on_nan = on_nan});
+                         {.out = &log, .tty = o.tty, .config = config.dump(), .on_nan = on_nan,
+                          .distributed = sync});
 
-  fmt::print(log, "{}: {} parameters · {} train / {} test images · batch {} · {} epoch{} · {}\n", o.model,
+  fmt::print(log, "{}: {} parameters · {} train / {} test images · batch {} · {} epoch{} · {}{}\n", o.model,
              model->num_parameters(), train_set->size(), test_set->size(), batch_size, epochs, epochs == 1 ? "" : "s",
-             threads_and_cpu());
+             threads_and_cpu(), ranks.describe());
 
   train::SignalGuard signals;  // SIGINT/SIGTERM: finish the step, save, exit 130/143
   run.serve(trainer.control());  // kiln control RUN_DIR ... (docs/live_control.md)
   try {
     trainer.fit(task, train_loader, resume);
   } catch (const train::NonFiniteLoss& e) {
-    fail_on_nan(kOp, e, checkpoints->latest());
+    fail_on_nan(kOp, e, checkpoints ? checkpoints->latest() : "");
   }
   // The test accuracy of the weights training ended with: Validation's last
   // evaluation (after the last epoch, or at train end for a run stopped
@@ -150,7 +165,7 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   result.test_loss = test.loss;
   result.epochs = trainer.progress().epoch;
   result.train_seconds = trainer.elapsed();
-  result.checkpoint = checkpoints->latest();
+  result.checkpoint = checkpoints ? checkpoints->latest() : "";
   result.csv = csv;
   result.signal = train::SignalGuard::received();
   if (result.signal != 0)
