@@ -58,6 +58,12 @@ std::shared_ptr<train::DistributedHooks> JobDistribution::wrap(nn::Module& model
 #endif
 }
 
+void abort_other_ranks() {
+#if KILN_HAVE_DIST
+  if (dist::is_initialized() && dist::world_size() > 1) dist::abort_run("the error above");
+#endif
+}
+
 std::string JobDistribution::describe() const { return active() ? fmt::format(" · {} ranks", world_) : ""; }
 
 }  // namespace kiln::app

@@ -45,4 +45,9 @@ class JobDistribution {
   std::unique_ptr<Impl> impl_;
 };
 
+/// After a job's error was printed: in a run of several ranks, names this
+/// rank and ends every rank (MPI_Abort), so none waits forever in a
+/// collective; otherwise nothing.
+void abort_other_ranks();
+
 }  // namespace kiln::app

@@ -12,6 +12,7 @@
 #include "apps/kiln/distributed_job.h"
 #include "apps/kiln/job_run.h"
 #include "apps/kiln/job_support.h"
+#include "apps/kiln/memory_flag.h"
 
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
@@ -29,6 +30,7 @@
 #include "kiln/train/callbacks/stop_on_signal.h"
 #include "kiln/train/callbacks/summary.h"
 #include "kiln/train/callbacks/validation.h"
+#include "kiln/train/memory_budget.h"
 #include "kiln/train/signal_guard.h"
 #include "kiln/train/trainer.h"
 
@@ -76,10 +78,10 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   // The data first: a missing data set is reported before --out is touched.
   auto train_set = load_split(o, true);
   auto test_set = load_split(o, false);
-  // Locked for the whole run; refuses a folder holding another run unless
-  // resuming or overwriting it; finds the checkpoint to resume from.
   // Under mpirun: this rank's place (only rank 0 owns --out and prints).
   JobDistribution ranks(kOp);
+  // Locked for the whole run; refuses a folder holding another run unless
+  // resuming or overwriting it; finds the checkpoint to resume from.
   JobRunOptions run_options = job_run_options(kOp, "fashion-mnist", o.out, o);
   run_options.primary = ranks.primary();
   JobRun run(run_options);
@@ -88,9 +90,32 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   const std::string ckpt_dir = run.checkpoint_dir();
   const std::string& resume = run.resume_path();
 
+  Rngs rngs{{"params", o.seed}, {"dropout", o.seed + 1}};
+  nn::Shared<nn::Sequential> model = o.model == "cnn" ? models::image_cnn(rngs) : models::image_mlp(rngs);
+  std::shared_ptr<train::DistributedHooks> sync = ranks.wrap(*model);  // rank 0's weights, summed gradients
+  optim::AdamW opt(model->parameters(), {.lr = o.lr, .weight_decay = o.weight_decay});
+  train::Task task(model, opt, &rngs);
+
+  // --memory-budget: the largest batch whose peak fits, from three probe
+  // steps that leave the model as it was; a resumed run keeps its batch.
+  int64_t wanted_batch = o.batch_size;
+  if (!o.memory_budget.empty()) {
+    const int64_t budget = parse_memory_budget(kOp, o.memory_budget);
+    KILN_CHECK(!ranks.active(), kOp, "--memory-budget picks one process's batch; give --batch-size under mpirun");
+    if (run.resuming() && run.saved_config().contains("batch_size")) {
+      wanted_batch = run.saved_config()["batch_size"].get<int64_t>();
+      fmt::print(log, "--memory-budget: resuming with the run's batch {}\n", wanted_batch);
+    } else {
+      train::MemoryFit fit = train::fit_to_memory(task, *train_set, budget, {.max_batch = train_set->size()});
+      wanted_batch = fit.batch;
+      fmt::print(log, "--memory-budget {} MiB: batch {} (predicted peak {:.1f} MiB, measured {:.1f} MiB; {:.1f} KiB per image)\n",
+                 fit.budget_bytes >> 20, fit.batch, fit.predicted_peak_bytes / 1048576.0,
+                 fit.measured_peak_bytes / 1048576.0, fit.bytes_per_item / 1024.0);
+    }
+  }
   // Batch buffers hold what a batch can: never more rows than the split has.
-  const int64_t batch_size = std::min(o.batch_size, train_set->size());
-  if (batch_size < o.batch_size)
+  const int64_t batch_size = std::min(wanted_batch, train_set->size());
+  if (o.memory_budget.empty() && batch_size < o.batch_size)
     fmt::print(log, "--batch-size {} is more than the {} training images: using batches of {}\n", o.batch_size,
                train_set->size(), batch_size);
   // batch_size is the global batch: each rank gathers its share of it.
@@ -107,11 +132,6 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   config["epochs"] = epochs;
   if (!overrides.empty()) config["overrides"] = overrides;
 
-  Rngs rngs{{"params", o.seed}, {"dropout", o.seed + 1}};
-  nn::Shared<nn::Sequential> model = o.model == "cnn" ? models::image_cnn(rngs) : models::image_mlp(rngs);
-  std::shared_ptr<train::DistributedHooks> sync = ranks.wrap(*model);  // rank 0's weights, summed gradients
-  optim::AdamW opt(model->parameters(), {.lr = o.lr, .weight_decay = o.weight_decay});
-  train::Task task(model, opt, &rngs);
   auto schedule = std::make_shared<optim::CosineScheduler>(
       optim::CosineOptions{.max_lr = o.lr, .min_lr = o.lr / 100, .total_steps = epochs * train_loader.size()});
 

@@ -28,6 +28,7 @@ struct FashionMnistOptions {
   std::string on_nan = "stop";   // a NaN or infinite loss: "stop" the run (no checkpoint of it) or "skip" the step
   int64_t limit = 0;          // use only the first `limit` training images (0: all 60000)
   int64_t test_limit = 0;     // and the first `test_limit` test images (0: all 10000)
+  std::string memory_budget = "";  // "": --batch-size; else the batch fit_to_memory picks ("256M", "1G", "auto")
   std::ostream* log = nullptr;    // where output goes; nullptr: std::cout
   std::optional<bool> tty = {};    // progress bar in place; default: whether stdout is a terminal
 };

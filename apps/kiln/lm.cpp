@@ -283,10 +283,10 @@ LmResult train_lm(const LmOptions& o) {
   namespace fs = std::filesystem;
   // The text first: a missing file is reported before --out is touched.
   const std::string text = read_text(o.data);
-  // Locked for the whole run; refuses a folder holding another run unless
-  // resuming or overwriting it; finds the checkpoint to resume from.
   // Under mpirun: this rank's place (only rank 0 owns --out and prints).
   JobDistribution ranks(kOp);
+  // Locked for the whole run; refuses a folder holding another run unless
+  // resuming or overwriting it; finds the checkpoint to resume from.
   JobRunOptions run_options = job_run_options(kOp, "lm", o.out, o);
   run_options.primary = ranks.primary();
   JobRun run(run_options);
