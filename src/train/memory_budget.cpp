@@ -92,9 +92,8 @@ MemoryFit fit_to_memory(const std::function<void(int64_t)>& probe, int64_t budge
   KILN_CHECK(budget_bytes > 0, op, "no budget given and none could be read from the cgroup or /proc/meminfo");
   const int64_t b1 = std::clamp(o.first_probe > 0 ? o.first_probe : std::max<int64_t>(o.min_batch, 4), o.min_batch,
                                 o.max_batch);
-  int64_t b2 = std::clamp(o.second_probe > 0 ? o.second_probe : 4 * b1, o.min_batch, o.max_batch);
-  if (b2 == b1) b2 = b1 < o.max_batch ? b1 + 1 : b1;
-  KILN_CHECK(b2 != b1, op, "min_batch == max_batch ({}): nothing to choose", b1);
+  KILN_CHECK(o.min_batch < o.max_batch, op, "min_batch == max_batch ({}): nothing to choose", b1);
+  KILN_CHECK(o.headroom >= 0 && o.headroom < 1, op, "headroom must be in [0, 1), got {}", o.headroom);
 
   MemoryFit fit;
   fit.budget_bytes = budget_bytes;
@@ -102,6 +101,17 @@ MemoryFit fit_to_memory(const std::function<void(int64_t)>& probe, int64_t budge
   // what existed before is the transient part; what is there after is the
   // steady persistent part.
   Measured m1 = measure(probe, b1);
+  // Probe 2 where about a quarter of the budget goes to the step, from probe
+  // 1's bytes per item: the fit is then made among large tensors (whose
+  // rounding and kernel choices are the chosen batch's), not tiny ones.
+  int64_t b2 = o.second_probe;
+  if (b2 <= 0) {
+    const double per_item = std::max(1.0, double(m1.peak - m1.before) / double(b1));
+    const double quarter = std::max(0.0, double(budget_bytes - m1.after) / 4.0);
+    b2 = std::max<int64_t>(2 * b1, int64_t(quarter / per_item));
+  }
+  b2 = std::clamp(b2, o.min_batch, o.max_batch);
+  if (b2 == b1) b2 = b1 < o.max_batch ? b1 + 1 : b1 - 1;
   Measured m2 = measure(probe, b2);
   fit.probes.push_back({b1, m1.peak, 0});
   fit.probes.push_back({b2, m2.peak, 0});
@@ -112,7 +122,7 @@ MemoryFit fit_to_memory(const std::function<void(int64_t)>& probe, int64_t budge
   auto predict = [&](int64_t b) {
     return fit.persistent_bytes + fit.fixed_bytes + int64_t(std::llround(fit.bytes_per_item * double(b)));
   };
-  const double room = double(budget_bytes - fit.persistent_bytes - fit.fixed_bytes);
+  const double room = double(budget_bytes) * (1.0 - o.headroom) - double(fit.persistent_bytes + fit.fixed_bytes);
   int64_t b = fit.bytes_per_item > 0 ? int64_t(std::floor(room / fit.bytes_per_item)) : o.max_batch;
   b = std::min(b, o.max_batch);
   b -= b % o.multiple;

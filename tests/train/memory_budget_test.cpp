@@ -50,6 +50,12 @@ TEST(FitToMemory, ChoiceFitsTheBudgetAndThePredictionHolds) {
     Rig s;
     const Tensor w_before = s.model->w1.value().clone();
     train::MemoryFit fit = train::fit_to_memory(s.task, *s.data, budget);
+    std::string probes;
+    for (const auto& p : fit.probes)
+      probes += " (b " + std::to_string(p.batch) + ": " + std::to_string(p.peak_bytes) + ", predicted " +
+                std::to_string(p.predicted_bytes) + ")";
+    SCOPED_TRACE("probes" + probes + " persistent " + std::to_string(fit.persistent_bytes) + " fixed " +
+                 std::to_string(fit.fixed_bytes) + " per item " + std::to_string(fit.bytes_per_item));
     ASSERT_EQ(fit.probes.size(), 3u);
     EXPECT_GT(fit.batch, 16);
     EXPECT_GT(fit.bytes_per_item, 3 * 65536.0);  // several activations of F floats per item

@@ -14,8 +14,8 @@
 //
 // where persistent is what lives between steps after the first optimizer step
 // (parameters, moments) and transient the rise above it during a step.
-// Probes 1 and 2 (small batches) fit fixed and per_item; the chosen batch is
-// the largest with peak(b) <= budget; probe 3 runs it and measures, and when
+// Probes 1 (small) and 2 (about a quarter of the budget) fit fixed and
+// per_item; the chosen batch is the largest with peak(b) <= (1 - headroom) x budget; probe 3 runs it and measures, and when
 // it measures over the budget the batch shrinks by the measured ratio (not
 // probed again). The task's model, optimizer and generators are saved before
 // the probes and restored after them, so the probes leave no trace.
@@ -57,9 +57,10 @@ struct MemoryFitOptions {
   int64_t min_batch = 1;
   int64_t max_batch = int64_t(1) << 20;
   int64_t first_probe = 0;   // 0: max(min_batch, 4)
-  int64_t second_probe = 0;  // 0: 4 * first_probe
+  int64_t second_probe = 0;  // 0: where about a quarter of the budget goes to the step (by probe 1)
   int64_t multiple = 1;      // the choice is rounded down to a multiple of this (ranks, SIMD widths)
   bool verify = true;        // run probe 3 at the choice
+  double headroom = 0.05;    // the choice aims at (1 - headroom) x budget: the model's error stays inside it
 };
 
 /// The memory a run may use when no budget is given: the least of
