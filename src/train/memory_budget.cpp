@@ -101,12 +101,16 @@ MemoryFit fit_to_memory(const std::function<void(int64_t)>& probe, int64_t budge
   // what existed before is the transient part; what is there after is the
   // steady persistent part.
   Measured m1 = measure(probe, b1);
-  // Probe 2 where about a quarter of the budget goes to the step, from probe
-  // 1's bytes per item: the fit is then made among large tensors (whose
-  // rounding and kernel choices are the chosen batch's), not tiny ones.
+  // Probe 1 allocated what persists (optimizer moments) during its step: its
+  // rise above the steady state that follows it, t1 = peak - after, is at
+  // most a steady step's rise at b1 (moments did not exist before its
+  // optimizer step), so the slope fitted from it errs high: the safe side.
+  const double t1 = std::max(0.0, double(m1.peak - m1.after));
+  // Probe 2 where about a quarter of the budget goes to the step, by probe
+  // 1's bytes per item: the fit is then made among large tensors.
   int64_t b2 = o.second_probe;
   if (b2 <= 0) {
-    const double per_item = std::max(1.0, double(m1.peak - m1.before) / double(b1));
+    const double per_item = std::max(1.0, t1 / double(b1));
     const double quarter = std::max(0.0, double(budget_bytes - m1.after) / 4.0);
     b2 = std::max<int64_t>(2 * b1, int64_t(quarter / per_item));
   }
@@ -116,21 +120,20 @@ MemoryFit fit_to_memory(const std::function<void(int64_t)>& probe, int64_t budge
   fit.probes.push_back({b1, m1.peak, 0});
   fit.probes.push_back({b2, m2.peak, 0});
   fit.persistent_bytes = m2.after;
-  const double t1 = double(m1.peak - m1.before), t2 = double(m2.peak - m2.before);
-  fit.bytes_per_item = std::max(0.0, (t2 - t1) / double(b2 - b1));
+  // Probe 2 runs in the steady state: its rise is exact.
+  const double t2 = double(m2.peak - m2.before);
+  fit.bytes_per_item = std::max(1.0, (t2 - t1) / double(b2 - b1));
   fit.fixed_bytes = int64_t(std::llround(t2 - fit.bytes_per_item * double(b2)));
   auto predict = [&](int64_t b) {
     return fit.persistent_bytes + fit.fixed_bytes + int64_t(std::llround(fit.bytes_per_item * double(b)));
   };
   const double room = double(budget_bytes) * (1.0 - o.headroom) - double(fit.persistent_bytes + fit.fixed_bytes);
-  int64_t b = fit.bytes_per_item > 0 ? int64_t(std::floor(room / fit.bytes_per_item)) : o.max_batch;
+  int64_t b = room > 0 ? int64_t(std::floor(room / fit.bytes_per_item)) : 0;
   b = std::min(b, o.max_batch);
   b -= b % o.multiple;
   KILN_CHECK(b >= o.min_batch, op,
-             "even batch {} does not fit a budget of {} MiB (persistent {:.1f} MiB, {:.1f} KiB per item, "
-             "fixed {:.1f} MiB)",
-             o.min_batch, budget_bytes >> 20, fit.persistent_bytes / 1048576.0, fit.bytes_per_item / 1024.0,
-             fit.fixed_bytes / 1048576.0);
+             "even batch {} does not fit a budget of {} MiB (persistent {:.1f} MiB, {:.1f} KiB per item)",
+             o.min_batch, budget_bytes >> 20, fit.persistent_bytes / 1048576.0, fit.bytes_per_item / 1024.0);
   fit.batch = b;
   fit.predicted_peak_bytes = predict(b);
   if (o.verify) {

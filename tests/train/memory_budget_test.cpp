@@ -79,6 +79,7 @@ TEST(FitToMemory, FunctionProbeAndErrors) {
   train::MemoryFit fit = train::fit_to_memory(probe, int64_t(64) << 20, {.multiple = 4});
   EXPECT_EQ(fit.batch % 4, 0);
   EXPECT_NEAR(fit.bytes_per_item, 1 << 20, 1024);
+  EXPECT_NEAR(double(fit.fixed_bytes), 4 << 20, 1024);
   EXPECT_LE(fit.measured_peak_bytes, int64_t(64) << 20);
   EXPECT_GE(fit.batch, 52);
   EXPECT_THROW(train::fit_to_memory(probe, int64_t(2) << 20), Error);  // not even batch 1

@@ -10,12 +10,13 @@
 // every tensor kiln holds: parameters, optimizer state, activations, batches)
 // reset before it. Model: the steady-state peak is
 //
-//   peak(b) = persistent + transient(b),   transient(b) = fixed + per_item * b
+//   peak(b) = persistent + fixed + per_item * b
 //
 // where persistent is what lives between steps after the first optimizer step
-// (parameters, moments) and transient the rise above it during a step.
-// Probes 1 (small) and 2 (about a quarter of the budget) fit fixed and
-// per_item; the chosen batch is the largest with peak(b) <= (1 - headroom) x budget; probe 3 runs it and measures, and when
+// (parameters, moments) and fixed + per_item * b the rise above it during a
+// step. Probe 1 (small) creates the persistent state, gives a lower bound of
+// the rise at its batch and sizes probe 2 (about a quarter of the budget for
+// the step, in the steady state); the line through the two is the model; the chosen batch is the largest with peak(b) <= (1 - headroom) x budget; probe 3 runs it and measures, and when
 // it measures over the budget the batch shrinks by the measured ratio (not
 // probed again). The task's model, optimizer and generators are saved before
 // the probes and restored after them, so the probes leave no trace.
