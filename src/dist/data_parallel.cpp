@@ -63,8 +63,25 @@ struct DataParallel::Impl {
 
   void reduce_bucket(size_t b) {
     Bucket& bk = buckets[b];
-    detail::all_reduce_raw(bk.flat.data_ptr(), bk.flat.numel(), detail::mpi_type(bk.dtype, "DataParallel", true),
-                           MPI_SUM, comm, "DataParallel");
+    MPI_Datatype type = detail::mpi_type(bk.dtype, "DataParallel", true);
+    if (!threaded) {
+      detail::all_reduce_raw(bk.flat.data_ptr(), bk.flat.numel(), type, MPI_SUM, comm, "DataParallel");
+      return;
+    }
+    // On the communication thread: a blocking MPI_Allreduce would spin on a
+    // core while it waits for the other ranks, taking it from this rank's
+    // backward (and, on a machine with fewer cores than threads, from the
+    // other ranks'). Non-blocking, tested every 50 us, it sleeps instead.
+    detail::chunked(bk.flat.data_ptr(), bk.flat.numel(), itemsize(bk.dtype), "DataParallel", [&](void* p, int n) {
+      MPI_Request req;
+      int rc = MPI_Iallreduce(MPI_IN_PLACE, p, n, type, MPI_SUM, comm, &req);
+      for (int finished = 0; rc == MPI_SUCCESS;) {
+        rc = MPI_Test(&req, &finished, MPI_STATUS_IGNORE);
+        if (finished) break;
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      return rc;
+    });
   }
 
   void thread_loop() {
