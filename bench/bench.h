@@ -174,5 +174,6 @@ void moe_benches(std::vector<Bench>& out);          // moe_gpt_char: moe_bench.c
 void dit_benches(std::vector<Bench>& out);          // dit_b64 (flow matching DiT step): dit_bench.cpp
 void compile_benches(std::vector<Bench>& out);      // the workloads compiled (*_compiled): compile_bench.cpp
 void quant_benches(std::vector<Bench>& out);        // mem_bandwidth, quant_matvec, gpt_generate_q: quant_bench.cpp
+void ddp_benches(std::vector<Bench>& out);          // ddp_cnn_b64, ddp_gpt_char, ddp_allreduce: ddp_bench.cpp
 
 }  // namespace bench

@@ -124,6 +124,7 @@ std::vector<Bench> all_benches() {
   dit_benches(out);
   compile_benches(out);
   quant_benches(out);
+  ddp_benches(out);
   return out;
 }
 

@@ -9,8 +9,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "apps/kiln/distributed_job.h"
 #include "apps/kiln/job_run.h"
 #include "apps/kiln/job_support.h"
+#include "apps/kiln/memory_flag.h"
 
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
@@ -29,6 +31,7 @@
 #include "kiln/train/callbacks/summary.h"
 #include "kiln/train/callbacks/validation.h"
 #include "kiln/train/compiled_step.h"
+#include "kiln/train/memory_budget.h"
 #include "kiln/train/signal_guard.h"
 #include "kiln/train/trainer.h"
 
@@ -76,20 +79,54 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   // The data first: a missing data set is reported before --out is touched.
   auto train_set = load_split(o, true);
   auto test_set = load_split(o, false);
+  // Under mpirun: this rank's place (only rank 0 owns --out and prints).
+  JobDistribution ranks(kOp);
   // Locked for the whole run; refuses a folder holding another run unless
   // resuming or overwriting it; finds the checkpoint to resume from.
-  JobRun run(job_run_options(kOp, "fashion-mnist", o.out, o));
+  JobRunOptions run_options = job_run_options(kOp, "fashion-mnist", o.out, o);
+  run_options.primary = ranks.primary();
+  JobRun run(run_options);
   std::ostream& log = run.log();
   const std::string csv = run.csv();
   const std::string ckpt_dir = run.checkpoint_dir();
   const std::string& resume = run.resume_path();
 
+  Rngs rngs{{"params", o.seed}, {"dropout", o.seed + 1}};
+  nn::Shared<nn::Sequential> model = o.model == "cnn" ? models::image_cnn(rngs) : models::image_mlp(rngs);
+  std::shared_ptr<train::DistributedHooks> sync = ranks.wrap(*model);  // rank 0's weights, summed gradients
+  optim::AdamW opt(model->parameters(), {.lr = o.lr, .weight_decay = o.weight_decay});
+  // --compile: the training step is recorded once and replayed (docs/compile.md);
+  // results and checkpoints are the eager step's, so a run may resume either way.
+  KILN_CHECK(!o.compile || !ranks.active(), kOp,
+             "--compile records one process's step; under mpirun the gradients' all-reduce is not recorded");
+  std::unique_ptr<train::Task> task = o.compile ? std::make_unique<train::CompiledTask>(model, opt, &rngs)
+                                                : std::make_unique<train::Task>(model, opt, &rngs);
+
+  // --memory-budget: the largest batch whose peak fits, from three probe
+  // steps that leave the model as it was; a resumed run keeps its batch.
+  int64_t wanted_batch = o.batch_size;
+  if (!o.memory_budget.empty()) {
+    const int64_t budget = parse_memory_budget(kOp, o.memory_budget);
+    KILN_CHECK(!ranks.active(), kOp, "--memory-budget picks one process's batch; give --batch-size under mpirun");
+    if (run.resuming() && run.saved_config().contains("batch_size")) {
+      wanted_batch = run.saved_config()["batch_size"].get<int64_t>();
+      fmt::print(log, "--memory-budget: resuming with the run's batch {}\n", wanted_batch);
+    } else {
+      train::MemoryFit fit = train::fit_to_memory(*task, *train_set, budget, {.max_batch = train_set->size()});
+      wanted_batch = fit.batch;
+      fmt::print(log, "--memory-budget {} MiB: batch {} (predicted peak {:.1f} MiB, measured {:.1f} MiB; {:.1f} KiB per image)\n",
+                 fit.budget_bytes >> 20, fit.batch, fit.predicted_peak_bytes / 1048576.0,
+                 fit.measured_peak_bytes / 1048576.0, fit.bytes_per_item / 1024.0);
+    }
+  }
   // Batch buffers hold what a batch can: never more rows than the split has.
-  const int64_t batch_size = std::min(o.batch_size, train_set->size());
-  if (batch_size < o.batch_size)
+  const int64_t batch_size = std::min(wanted_batch, train_set->size());
+  if (o.memory_budget.empty() && batch_size < o.batch_size)
     fmt::print(log, "--batch-size {} is more than the {} training images: using batches of {}\n", o.batch_size,
                train_set->size(), batch_size);
-  data::DataLoader train_loader(train_set, {.batch_size = batch_size, .shuffle = true, .seed = o.seed});
+  // batch_size is the global batch: each rank gathers its share of it.
+  data::DataLoader train_loader(train_set, {.batch_size = ranks.rank_batch(batch_size), .shuffle = true,
+                                            .seed = o.seed, .rank = ranks.rank(), .world_size = ranks.world_size()});
   auto test_loader = std::make_shared<data::DataLoader>(
       test_set, data::DataLoaderOptions{.batch_size = std::clamp<int64_t>(test_set->size(), 1, 500),
                                         .shuffle = false, .prefetch = 1});
@@ -101,13 +138,6 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   config["epochs"] = epochs;
   if (!overrides.empty()) config["overrides"] = overrides;
 
-  Rngs rngs{{"params", o.seed}, {"dropout", o.seed + 1}};
-  nn::Shared<nn::Sequential> model = o.model == "cnn" ? models::image_cnn(rngs) : models::image_mlp(rngs);
-  optim::AdamW opt(model->parameters(), {.lr = o.lr, .weight_decay = o.weight_decay});
-  // --compile: the training step is recorded once and replayed (docs/compile.md);
-  // results and checkpoints are the eager step's, so a run may resume either way.
-  std::unique_ptr<train::Task> task = o.compile ? std::make_unique<train::CompiledTask>(model, opt, &rngs)
-                                                : std::make_unique<train::Task>(model, opt, &rngs);
   auto schedule = std::make_shared<optim::CosineScheduler>(
       optim::CosineOptions{.max_lr = o.lr, .min_lr = o.lr / 100, .total_steps = epochs * train_loader.size()});
 
@@ -116,8 +146,12 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   // The test split validates each epoch; the best epoch is marked but not
   // restored, so the reported accuracy is the last epoch's, not one picked on
   // the test set.
-  auto checkpoints = std::make_shared<train::CheckpointCallback>(
-      ckpt_dir, train::CheckpointCallbackOptions{.monitor = "val/loss", .restore_best = false});
+  // Only rank 0 writes metrics.csv and checkpoints; the other ranks resume
+  // from rank 0's checkpoint (parts they do not register are not read).
+  const bool writer = ranks.primary();
+  auto checkpoints = writer ? std::make_shared<train::CheckpointCallback>(
+                                  ckpt_dir, train::CheckpointCallbackOptions{.monitor = "val/loss", .restore_best = false})
+                            : nullptr;
   auto validation = std::make_shared<train::Validation>(test_loader);
   std::vector<std::shared_ptr<train::Callback>> callbacks = {
       std::make_shared<train::StopOnSignal>(),  // first: a signal stops the run after the step
@@ -125,25 +159,28 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
       // Before the bar: the epoch's line then carries its val/loss and val/accuracy.
       validation,
       std::make_shared<train::ProgressBar>(),
-      std::make_shared<train::CsvLogger>(
-          csv, train::CsvLoggerOptions{.append = false, .log_keys = {"val/loss", "val/accuracy"}}),
+      writer ? std::make_shared<train::CsvLogger>(
+                   csv, train::CsvLoggerOptions{.append = false, .log_keys = {"val/loss", "val/accuracy"}})
+             : nullptr,
       std::make_shared<train::Summary>(),
       checkpoints,  // its checkpoints hold the other callbacks' epoch-end state
-      std::make_shared<ReleasePreviousRun>(run.folder(), checkpoints),
+      writer ? std::make_shared<ReleasePreviousRun>(run.folder(), checkpoints) : nullptr,
   };
+  std::erase(callbacks, nullptr);  // the writers, on ranks other than 0
   train::Trainer trainer(epochs, callbacks,
-                         {.out = &log, .tty = o.tty, .config = config.dump(), .on_nan = on_nan});
+                         {.out = &log, .tty = o.tty, .config = config.dump(), .on_nan = on_nan,
+                          .distributed = sync});
 
-  fmt::print(log, "{}: {} parameters · {} train / {} test images · batch {} · {} epoch{} · {}\n", o.model,
+  fmt::print(log, "{}: {} parameters · {} train / {} test images · batch {} · {} epoch{} · {}{}\n", o.model,
              model->num_parameters(), train_set->size(), test_set->size(), batch_size, epochs, epochs == 1 ? "" : "s",
-             threads_and_cpu());
+             threads_and_cpu(), ranks.describe());
 
   train::SignalGuard signals;  // SIGINT/SIGTERM: finish the step, save, exit 130/143
   run.serve(trainer.control());  // kiln control RUN_DIR ... (docs/live_control.md)
   try {
     trainer.fit(*task, train_loader, resume);
   } catch (const train::NonFiniteLoss& e) {
-    fail_on_nan(kOp, e, checkpoints->latest());
+    fail_on_nan(kOp, e, checkpoints ? checkpoints->latest() : "");
   }
   if (auto* compiled = dynamic_cast<train::CompiledTask*>(task.get()); compiled && compiled->compiled().recordings() > 0) {
     const train::CompiledStep& c = compiled->compiled();
@@ -159,7 +196,7 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   result.test_loss = test.loss;
   result.epochs = trainer.progress().epoch;
   result.train_seconds = trainer.elapsed();
-  result.checkpoint = checkpoints->latest();
+  result.checkpoint = checkpoints ? checkpoints->latest() : "";
   result.csv = csv;
   result.signal = train::SignalGuard::received();
   if (result.signal != 0)

@@ -29,6 +29,7 @@ struct FashionMnistOptions {
   int64_t limit = 0;          // use only the first `limit` training images (0: all 60000)
   int64_t test_limit = 0;     // and the first `test_limit` test images (0: all 10000)
   bool compile = false;       // record the training step once and replay it (docs/compile.md); same results
+  std::string memory_budget = "";  // "": --batch-size; else the batch fit_to_memory picks ("256M", "1G", "auto")
   std::ostream* log = nullptr;    // where output goes; nullptr: std::cout
   std::optional<bool> tty = {};    // progress bar in place; default: whether stdout is a terminal
 };

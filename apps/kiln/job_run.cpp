@@ -15,13 +15,24 @@ namespace kiln::app {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+namespace {
+
+std::ostream& null_log() {
+  static std::ostream sink(nullptr);  // no buffer: every write is dropped
+  return sink;
+}
+
+}  // namespace
+
 JobRun::JobRun(JobRunOptions options)
-    : options_(std::move(options)), log_(options_.log ? options_.log : &std::cout) {
+    : options_(std::move(options)),
+      log_(!options_.primary ? &null_log() : options_.log ? options_.log : &std::cout) {
   const std::string& op = options_.op;
   // The folder first: it is locked before anything in it is read.
   folder_ = std::make_unique<RunFolder>(op, options_.out,
                                         RunFolderOptions{.resume = !options_.resume.empty(),
-                                                         .overwrite = options_.overwrite});
+                                                         .overwrite = options_.overwrite,
+                                                         .primary = options_.primary});
   threads_before_ = get_num_threads();
   if (!options_.resume.empty()) find_resume();
   // Last: a constructor that throws runs no destructor to restore it.
@@ -58,6 +69,7 @@ json JobRun::check_hyper_parameters(const json& saved, const json& wanted) const
 
 void JobRun::serve(std::shared_ptr<train::Control> control) {
   server_.reset();
+  if (!options_.primary) return;  // rank 0's socket controls its run; the others follow its steps
   server_ = std::make_unique<ControlServer>(options_.op, path(), std::move(control));
 }
 

@@ -40,6 +40,8 @@ struct JobRunOptions {
   std::vector<std::string> overrides;  // hyper-parameters a resume may change ("lr", ...; "all": any)
   int threads = 0;                     // the job's thread count; 0: as it is
   std::ostream* log = nullptr;         // nullptr: std::cout
+  bool primary = true;                 // false: a rank other than 0 of an MPI run: it prints nothing, and
+                                       // the folder, its lock and the control socket are rank 0's
 };
 
 /// The JobRunOptions of a job whose options carry the common flags under

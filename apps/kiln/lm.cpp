@@ -12,6 +12,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "apps/kiln/distributed_job.h"
 #include "apps/kiln/job_run.h"
 #include "apps/kiln/job_support.h"
 #include "apps/kiln/resume_check.h"
@@ -24,6 +25,7 @@
 #include "kiln/data/dataloader.h"
 #include "kiln/data/text.h"
 #include "kiln/io/checkpoint_manager.h"
+#include "kiln/ops/binary.h"
 #include "kiln/optim/adam.h"
 #include "kiln/optim/clip.h"
 #include "kiln/optim/schedulers.h"
@@ -104,6 +106,16 @@ class LmTask : public train::Task {
     if (finite) optimizer().step();
     optimizer().zero_grad();
     return {value, b.size(), -1, finite};
+  }
+  // The accumulation / data-parallel path (RunOptions::distributed): every
+  // position counts, and the mean times B * T is the sum.
+  int64_t valid_count(const data::Batch& b) override { return b.target.numel(); }
+  train::LossSum loss_sum(const data::Batch& b) override {
+    return {mul(loss_(b.input, b.target, true), double(b.target.numel())), -1};
+  }
+  bool prepare_step() override {  // on the gradients summed over the ranks
+    return grad_clip_ > 0 ? std::isfinite(optim::clip_grad_norm_(params_, grad_clip_))
+                          : train::grads_finite(optimizer());
   }
   // Called in eval mode under NoGradGuard (Validation).
   train::StepResult validation_step(const data::Batch& b) override {
@@ -277,9 +289,13 @@ LmResult train_lm(const LmOptions& o) {
   namespace fs = std::filesystem;
   // The text first: a missing file is reported before --out is touched.
   const std::string text = read_text(o.data);
+  // Under mpirun: this rank's place (only rank 0 owns --out and prints).
+  JobDistribution ranks(kOp);
   // Locked for the whole run; refuses a folder holding another run unless
   // resuming or overwriting it; finds the checkpoint to resume from.
-  JobRun run(job_run_options(kOp, "lm", o.out, o));
+  JobRunOptions run_options = job_run_options(kOp, "lm", o.out, o);
+  run_options.primary = ranks.primary();
+  JobRun run(run_options);
   std::ostream& log = run.log();
   const std::string csv = run.csv();
   const std::string ckpt_dir = run.checkpoint_dir();
@@ -388,6 +404,7 @@ LmResult train_lm(const LmOptions& o) {
   std::vector<optim::ParamGroup> groups = {{matrices, {{"weight_decay", o.weight_decay}}}};
   if (!others.empty()) groups.push_back({others, {{"weight_decay", 0.0}}});
   optim::AdamW opt(groups, {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay});
+  std::shared_ptr<train::DistributedHooks> sync = ranks.wrap(*model);  // rank 0's weights, summed gradients
   LmTask task(*model, forward, loss_fn, opt, rngs, o.grad_clip);
   auto schedule = std::make_shared<optim::LinearWarmupCosineScheduler>(optim::LinearWarmupCosineOptions{
       .target_lr = o.lr, .min_lr = o.min_lr, .warmup_steps = o.warmup, .total_steps = o.iters});
@@ -396,7 +413,8 @@ LmResult train_lm(const LmOptions& o) {
   // batches, the same at every evaluation (less noise between evaluations
   // than nanoGPT's fresh draws, the same expected value).
   data::DataLoader train_loader(std::make_shared<RandomWindows>(train_split, o.iters * o.batch_size, train_seed),
-                                {.batch_size = o.batch_size, .shuffle = false});
+                                {.batch_size = ranks.rank_batch(o.batch_size), .shuffle = false,
+                                 .rank = ranks.rank(), .world_size = ranks.world_size()});
   auto eval_loader = [&](std::shared_ptr<const data::TokenDataset> split, uint64_t seed) {
     return std::make_shared<data::DataLoader>(
         std::make_shared<RandomWindows>(std::move(split), o.eval_iters * o.batch_size, seed),
@@ -410,9 +428,14 @@ LmResult train_lm(const LmOptions& o) {
 
   if (!resume.empty()) fmt::print(log, "resuming from {}\n", resume);
   run.folder().start(log);  // a new run: the previous one (--overwrite) moves aside
-  auto checkpoints = std::make_shared<train::CheckpointCallback>(
-      ckpt_dir, train::CheckpointCallbackOptions{
-                    .monitor = "val/loss", .every_n_steps = o.eval_interval, .restore_best = false});
+  // Only rank 0 writes metrics.csv and checkpoints; the other ranks resume
+  // from rank 0's checkpoint (parts they do not register are not read).
+  const bool writer = ranks.primary();
+  auto checkpoints = writer ? std::make_shared<train::CheckpointCallback>(
+                                  ckpt_dir, train::CheckpointCallbackOptions{.monitor = "val/loss",
+                                                                             .every_n_steps = o.eval_interval,
+                                                                             .restore_best = false})
+                            : nullptr;
   // MoE telemetry (and the bias update) before the estimates, whose eval
   // forwards replace the layers' stats, and before the logger that writes them.
   auto moe_telemetry = std::make_shared<train::MoETelemetry>(moe_layers);
@@ -426,19 +449,21 @@ LmResult train_lm(const LmOptions& o) {
       train_eval,
       val_eval,
       std::make_shared<train::ProgressBar>(),
-      std::make_shared<train::CsvLogger>(
-          csv, train::CsvLoggerOptions{.append = false, .log_keys = csv_keys}),
+      writer ? std::make_shared<train::CsvLogger>(csv, train::CsvLoggerOptions{.append = false, .log_keys = csv_keys})
+             : nullptr,
       std::make_shared<train::Summary>(),
       checkpoints,  // its checkpoints hold the other callbacks' state
-      std::make_shared<ReleasePreviousRun>(run.folder(), checkpoints),
+      writer ? std::make_shared<ReleasePreviousRun>(run.folder(), checkpoints) : nullptr,
   };
+  std::erase(callbacks, nullptr);  // the writers, on ranks other than 0
   train::Trainer trainer(1, callbacks,
                          {.max_steps = o.iters,
                           .tokens_per_sample = o.block_size,
                           .out = &log,
                           .tty = o.tty,
                           .config = config_json(mjson, *tok, o, n, overrides),
-                          .on_nan = on_nan});
+                          .on_nan = on_nan,
+                          .distributed = sync});
 
   const std::string shape = mamba ? fmt::format("mamba3: {} layers, width {}, d_state {}, headdim {}, context {}",
                                                 mcfg.n_layer, mcfg.d_model, mcfg.d_state, mcfg.headdim, o.block_size)
@@ -446,16 +471,16 @@ LmResult train_lm(const LmOptions& o) {
                                                 cfg.n_embd, cfg.block_size);
   fmt::print(log,
              "lm: {} parameters ({}) · {} tokenizer, vocabulary {} · {} train / "
-             "{} val tokens · batch {} · {} iterations · {}\n",
+             "{} val tokens · batch {} · {} iterations · {}{}\n",
              model->num_parameters(), shape, tok->name(), tok->vocab_size(), n_train, n_val, o.batch_size, o.iters,
-             threads_and_cpu());
+             threads_and_cpu(), ranks.describe());
 
   train::SignalGuard signals;  // SIGINT/SIGTERM: finish the step, save, exit 130/143
   run.serve(trainer.control());  // kiln control RUN_DIR ... (docs/live_control.md)
   try {
     trainer.fit(task, train_loader, resume);
   } catch (const train::NonFiniteLoss& e) {
-    fail_on_nan(kOp, e, checkpoints->latest());
+    fail_on_nan(kOp, e, checkpoints ? checkpoints->latest() : "");
   }
 
   LmResult r;
@@ -464,7 +489,7 @@ LmResult train_lm(const LmOptions& o) {
   r.iters = trainer.progress().global_step;
   r.train_seconds = trainer.elapsed();
   r.parameters = model->num_parameters();
-  r.checkpoint = checkpoints->latest();
+  r.checkpoint = checkpoints ? checkpoints->latest() : "";
   r.csv = csv;
   r.wall_seconds = seconds_since(start);
   r.signal = train::SignalGuard::received();

@@ -34,6 +34,7 @@
 
 #include "apps/kiln/cli_numbers.h"
 #include "apps/kiln/control_socket.h"
+#include "apps/kiln/distributed_job.h"
 #include "apps/kiln/fashion_mnist.h"
 #include "apps/kiln/vqvae_cli.h"
 #include "apps/kiln/flow_cli.h"
@@ -80,6 +81,7 @@ int report(const std::exception_ptr& error) {
   } catch (...) {
     std::fprintf(stderr, "kiln: error: unknown exception\n");
   }
+  kiln::app::abort_other_ranks();  // under mpirun: every rank stops, not only this one
   return 1;
 }
 
@@ -119,9 +121,12 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   add_integer(fashion, "--limit", o.limit, "train on the first N images only (0: all)", 0, kMaxBatch);
   add_integer(fashion, "--test-limit", o.test_limit, "test on the first N images only (0: all)", 0, kMaxBatch);
+  fashion->add_flag("--compile", o.compile, "record the training step once and replay it (same results; docs/compile.md)");
+  fashion->add_option("--memory-budget", o.memory_budget,
+                      "pick the largest batch whose peak memory fits SIZE (256M, 1G; auto: the cgroup limit and "
+                      "MemAvailable) from three probe steps, instead of --batch-size");
   kiln::app::VqvaeCommand vqvae;  // kiln train vqvae fashion-mnist (apps/kiln/vqvae_cli.h)
   kiln::app::add_vqvae_command(train, vqvae);
-  fashion->add_flag("--compile", o.compile, "record the training step once and replay it (same results; docs/compile.md)");
 
   auto* lm = train->add_subcommand("lm", "a GPT language model on a text file (nanoGPT's shakespeare_char recipe)");
   kiln::app::LmOptions l;

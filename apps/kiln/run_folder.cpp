@@ -57,6 +57,7 @@ RunFolder::RunFolder(std::string op, const std::string& out, RunFolderOptions op
   check_path(op_, out);
   KILN_CHECK(!(options.resume && options.overwrite), op_,
              "--resume and --overwrite exclude each other (continue the run in --out {}, or replace it)", out);
+  if (!options.primary) return;
   std::error_code ec;
   fs::create_directories(out_, ec);
   KILN_CHECK(!ec, op_, "cannot create the --out folder {}: {}", out, ec.message());
@@ -96,7 +97,7 @@ RunFolder::~RunFolder() {
 }
 
 void RunFolder::start(std::ostream& log) {
-  if (options_.resume || !had_previous_ || !aside_.empty()) return;
+  if (!options_.primary || options_.resume || !had_previous_ || !aside_.empty()) return;
   const fs::path aside = aside_path(out_);
   fs::create_directory(aside);
   for (const char* name : kRunFiles) {

@@ -26,6 +26,8 @@ namespace kiln::app {
 struct RunFolderOptions {
   bool resume = false;     // this run continues the folder's run
   bool overwrite = false;  // this run replaces the folder's run (moved aside until its first checkpoint)
+  bool primary = true;     // false: a rank other than 0 of an MPI run; rank 0 owns the folder, so
+                           // nothing is created, locked or moved here (docs/distributed.md)
 };
 
 class RunFolder {

@@ -37,6 +37,7 @@
 #include "kiln/autograd/functional.h"
 #include "kiln/autograd/gradcheck.h"
 #include "kiln/autograd/gradient_tape.h"
+#include "kiln/autograd/hooks.h"
 #include "kiln/nn/activation.h"
 #include "kiln/nn/attention.h"
 #include "kiln/nn/containers.h"
@@ -117,8 +118,15 @@
 #include "kiln/train/callbacks/validation.h"
 #include "kiln/train/compiled_step.h"
 #include "kiln/train/control.h"
+#include "kiln/train/distributed.h"
+#include "kiln/train/memory_budget.h"
 #include "kiln/train/metrics.h"
 #include "kiln/train/signal_guard.h"
 #include "kiln/train/steps.h"
 #include "kiln/train/task.h"
 #include "kiln/train/trainer.h"
+// The dist layer (MPI), when the build has it (KILN_WITH_MPI).
+#if KILN_HAVE_DIST
+#include "kiln/dist/data_parallel.h"
+#include "kiln/dist/process_group.h"
+#endif

@@ -32,6 +32,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -49,7 +50,9 @@ struct DataLoader::Impl {
 
   Impl(const Dataset& dataset, const DataLoaderOptions& options, int64_t batches)
       : dataset(dataset),
-        batch_size(options.batch_size),
+        batch_size(options.batch_size * options.world_size),
+        rank(options.rank),
+        world(options.world_size),
         rows(std::min(options.batch_size, dataset.size())),
         prefetch(options.prefetch),
         batches(batches),
@@ -57,7 +60,8 @@ struct DataLoader::Impl {
         queue(size_t(options.prefetch)) {}
 
   const Dataset& dataset;
-  const int64_t batch_size;
+  const int64_t batch_size;  // global: the per-rank batch times the world size
+  const int64_t rank, world;
   const int64_t rows;  // of each buffer: min(batch_size, N), as no batch holds more (a huge batch_size allocates N)
   const int prefetch;
   const int64_t batches;  // per epoch
@@ -137,14 +141,19 @@ struct DataLoader::Impl {
     return Tensor::make_view(t.storage(), shape, t.strides(), t.storage_offset(), t.dtype());
   }
 
-  // Gathers batch j of this epoch: examples order[j*B, min((j+1)*B, N)).
+  // Gathers this rank's part of batch j of this epoch: of the global batch
+  // order[j*G, j*G + m), m = min(G, N - j*G), the rows [r*m/W, (r+1)*m/W)
+  // (r*B to (r+1)*B for a full batch; one process: all of them).
   Batch fill(int64_t j) {
     const std::vector<int64_t>& order = sampler.order();
-    const int64_t start = j * batch_size;
-    const int64_t n = std::min(batch_size, int64_t(order.size()) - start);
+    const int64_t global_start = j * batch_size;
+    const int64_t m = std::min(batch_size, int64_t(order.size()) - global_start);
+    const int64_t start = global_start + rank * m / world;
+    const int64_t n = global_start + (rank + 1) * m / world - start;
     if (!shaped) {
-      Example first = dataset.get(order[size_t(start)]);
-      KILN_CHECK(first.input.defined(), "DataLoader", "example {} has an undefined input", order[size_t(start)]);
+      Example first = dataset.get(order[size_t(global_start)]);
+      KILN_CHECK(first.input.defined(), "DataLoader", "example {} has an undefined input",
+                 order[size_t(global_start)]);
       in_row = first.input.shape();
       in_dtype = first.input.dtype();
       has_target = first.target.defined();
@@ -247,11 +256,17 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   KILN_CHECK(dataset_ != nullptr, op, "dataset is null");
   KILN_CHECK(options_.batch_size > 0, op, "batch_size must be positive, got {}", options_.batch_size);
   KILN_CHECK(options_.prefetch >= 0, op, "prefetch must be non-negative, got {}", options_.prefetch);
+  KILN_CHECK(options_.world_size >= 1 && options_.rank >= 0 && options_.rank < options_.world_size, op,
+             "rank {} of world_size {}: need 0 <= rank < world_size", options_.rank, options_.world_size);
+  KILN_CHECK(options_.batch_size <= std::numeric_limits<int64_t>::max() / options_.world_size, op,
+             "batch_size {} times world_size {} overflows", options_.batch_size, options_.world_size);
   const int64_t n = dataset_->size();
   KILN_CHECK(n >= 0, op, "the dataset's size is negative ({})", n);
-  KILN_CHECK(!options_.drop_last || n >= options_.batch_size, op,
-             "drop_last with a dataset of {} examples and batch_size {} leaves no batch", n, options_.batch_size);
-  impl_ = std::make_unique<Impl>(*dataset_, options_, batches_per_epoch(n, options_.batch_size, options_.drop_last));
+  const int64_t global = options_.batch_size * options_.world_size;
+  KILN_CHECK(!options_.drop_last || n >= global, op,
+             "drop_last with a dataset of {} examples and batch_size {}{} leaves no batch", n, options_.batch_size,
+             options_.world_size > 1 ? fmt::format(" on each of {} ranks", options_.world_size) : std::string());
+  impl_ = std::make_unique<Impl>(*dataset_, options_, batches_per_epoch(n, global, options_.drop_last));
 }
 
 DataLoader::~DataLoader() { impl_->stop_worker(); }
@@ -259,7 +274,7 @@ DataLoader::~DataLoader() { impl_->stop_worker(); }
 int64_t DataLoader::size() const { return impl_->batches; }
 
 int64_t DataLoader::samples_per_epoch() const {
-  return options_.drop_last ? impl_->batches * options_.batch_size : dataset_->size();
+  return options_.drop_last ? impl_->batches * global_batch_size() : dataset_->size();
 }
 
 int64_t DataLoader::epoch() const { return impl_->sampler.epoch(); }
@@ -277,8 +292,8 @@ State DataLoader::state() const {
   State s = impl_->sampler.state();
   // The sampler's cursor at the first batch not yet handed out: batches the
   // worker gathered ahead are not counted, they are gathered again on resume.
-  s["cursor"] = std::to_string(std::min(impl_->position * options_.batch_size, dataset_->size()));
-  s["batch_size"] = std::to_string(options_.batch_size);
+  s["cursor"] = std::to_string(std::min(impl_->position * global_batch_size(), dataset_->size()));
+  s["batch_size"] = std::to_string(global_batch_size());
   s["drop_last"] = std::to_string(int(options_.drop_last));
   return s;
 }
@@ -289,8 +304,13 @@ void DataLoader::load_state(const State& state) {
   const int64_t drop_last = state_i64(state, "drop_last", op);
   const int64_t size = state_i64(state, "size", op);
   const int64_t cursor = state_i64(state, "cursor", op);
-  KILN_CHECK(batch_size == options_.batch_size, op, "the state is of batch_size {}, this loader's is {}", batch_size,
-             options_.batch_size);
+  // The global batch: a state written by 2 ranks of batch 32 resumes in one
+  // process of batch 64, in the same order.
+  KILN_CHECK(batch_size == global_batch_size(), op, "the state is of batch_size {}, this loader's is {}{}", batch_size,
+             global_batch_size(),
+             options_.world_size > 1
+                 ? fmt::format(" ({} on each of {} ranks)", options_.batch_size, options_.world_size)
+                 : std::string());
   KILN_CHECK(drop_last == int64_t(options_.drop_last), op, "the state {} drop_last, this loader {}",
              drop_last ? "has" : "has no", options_.drop_last ? "has" : "has not");
   KILN_CHECK(size == dataset_->size(), op, "the state is of a dataset of {} examples, this loader's has {}", size,

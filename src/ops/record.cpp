@@ -55,6 +55,11 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   } else {
     leaf.set_grad(GradMode::is_enabled() ? add(old, g) : add(old.detach(), g.detach()));
   }
+  // A copy of the list: a hook may register or remove hooks.
+  if (AutogradMeta* m = leaf.impl()->autograd.get(); m && !m->post_accumulate_grad_hooks.empty()) {
+    auto hooks = m->post_accumulate_grad_hooks;
+    for (auto& hook : hooks) (*hook)(leaf);
+  }
   return {};
 }
 

@@ -11,6 +11,7 @@
 #include "kiln/ops/loss.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/optim/optimizer.h"
+#include "kiln/train/distributed.h"
 #include "kiln/train/metrics.h"
 
 namespace kiln::train {
@@ -58,6 +59,50 @@ bool update(const Tensor& loss, optim::Optimizer& opt) {
   opt.step();
   opt.zero_grad();
   return true;
+}
+
+StepResult accumulation_step(Task& task, std::span<const data::Batch> micro_batches,
+                             DistributedHooks* distributed) {
+  constexpr const char* op = "accumulation_step";
+  KILN_CHECK(!micro_batches.empty(), op, "no micro-batches");
+  optim::Optimizer& opt = task.optimizer();
+  // The global count first: every micro-batch's loss is divided by it, so
+  // that the summed gradients are those of the whole step's mean.
+  double count = 0;
+  for (const data::Batch& b : micro_batches) {
+    const int64_t n = task.valid_count(b);
+    KILN_CHECK(n >= 0, op, "valid_count returned {} for a batch of {}", n, b.size());
+    count += double(n);
+  }
+  if (distributed) distributed->all_reduce_sum(std::span<double>(&count, 1));
+  // No valid item anywhere: the gradient is 0 (masked_cross_entropy's rule);
+  // dividing by 1 keeps it so instead of 0/0.
+  const double divisor = count > 0 ? count : 1.0;
+
+  double loss_sum = 0, correct = 0;
+  bool classified = true;
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    const bool last = i + 1 == micro_batches.size();
+    if (distributed) distributed->set_gradient_sync(last);
+    LossSum l = task.loss_sum(micro_batches[i]);
+    KILN_CHECK(l.sum.defined() && l.sum.numel() == 1, op, "loss_sum must return a one-element loss, got shape {}",
+               l.sum.defined() ? to_string(l.sum.shape()) : std::string("undefined"));
+    loss_sum += l.sum.item<double>();
+    if (l.correct >= 0) correct += double(l.correct);
+    else classified = false;
+    // Always backward, even for a non-finite loss: every rank must take part
+    // in the gradient reduction, and the NaN reaches every rank's gradients,
+    // so that all of them skip the update together.
+    div(l.sum, divisor).backward();
+  }
+  if (distributed) distributed->finish_gradient_sync();
+  double sums[2] = {loss_sum, correct};
+  if (distributed) distributed->all_reduce_sum(sums);
+  const double loss = sums[0] / divisor;
+  const bool applied = std::isfinite(loss) && task.prepare_step();
+  if (applied) opt.step();
+  opt.zero_grad();
+  return {loss, int64_t(count), classified ? int64_t(sums[1]) : -1, applied};
 }
 
 namespace {

@@ -23,6 +23,12 @@ double now_seconds() {
 
 std::string shortest(double v) { return fmt::format("{}", v); }
 
+// Where ranks other than 0 print: nowhere.
+std::ostream& null_stream() {
+  static std::ostream sink(nullptr);  // no buffer: every write is dropped
+  return sink;
+}
+
 }  // namespace
 
 NonFiniteLoss::NonFiniteLoss(double loss, int64_t step, int64_t epoch)
@@ -65,6 +71,8 @@ Trainer::Trainer(int64_t max_epochs, std::vector<std::shared_ptr<Callback>> call
       control_(std::make_shared<Control>()) {
   KILN_CHECK(max_epochs > 0, "Trainer", "max_epochs must be positive, got {}", max_epochs);
   KILN_CHECK(run_.max_steps >= 0, "Trainer", "run.max_steps must be non-negative, got {}", run_.max_steps);
+  KILN_CHECK(run_.accumulate >= 1, "Trainer", "run.accumulate must be at least 1, got {}", run_.accumulate);
+  if (run_.distributed && run_.distributed->rank() != 0) out_ = &null_stream();
   KILN_CHECK(run_.tokens_per_sample >= 0, "Trainer", "run.tokens_per_sample must be non-negative, got {}",
              run_.tokens_per_sample);
   for (size_t i = 0; i < callbacks_.size(); ++i)
@@ -83,7 +91,10 @@ data::DataLoader& Trainer::loader() const {
   return *loader_;
 }
 
-int64_t Trainer::steps_per_epoch() const { return loader().size(); }
+int64_t Trainer::steps_per_epoch() const {
+  const int64_t n = loader().size(), a = run_.accumulate;
+  return n / a + (n % a != 0);
+}
 
 int64_t Trainer::batch_size() const { return loader().batch_size(); }
 
@@ -162,7 +173,15 @@ io::Checkpoint Trainer::checkpoint() {
 
 void Trainer::step_once(const data::Batch& batch) {
   for (auto& cb : callbacks_) cb->on_step_begin(*this);
-  StepResult r = task_->training_step(batch);
+  count_step(task_->training_step(batch));
+}
+
+void Trainer::step_once(std::span<const data::Batch> micro_batches) {
+  for (auto& cb : callbacks_) cb->on_step_begin(*this);
+  count_step(task_->accumulation_step(micro_batches, run_.distributed.get()));
+}
+
+void Trainer::count_step(const StepResult& r) {
   const bool finite = std::isfinite(r.loss) && r.applied;
   // Thrown before the step is counted: no callback sees it, so nothing of it
   // is logged as progress or checkpointed.
@@ -243,10 +262,26 @@ History Trainer::fit(Task& task, data::DataLoader& train, const std::string& res
       epoch_label_.reset();
       for (auto& cb : callbacks_) cb->on_epoch_begin(*this);
       task.model().train();
+      const bool accumulating = run_.accumulate > 1 || run_.distributed != nullptr;
+      std::vector<data::Batch> micro;
       while (!stop_ && steps_left()) {
-        std::optional<data::Batch> batch = train.next();
-        if (!batch) break;
-        step_once(*batch);
+        if (!accumulating) {
+          std::optional<data::Batch> batch = train.next();
+          if (!batch) break;
+          step_once(*batch);
+          continue;
+        }
+        // Up to `accumulate` batches per optimizer step; the epoch's last
+        // step takes what is left.
+        micro.clear();
+        for (int64_t i = 0; i < run_.accumulate; ++i) {
+          std::optional<data::Batch> batch = train.next();
+          if (!batch) break;
+          micro.push_back(std::move(*batch));
+        }
+        if (micro.empty()) break;
+        step_once(std::span<const data::Batch>(micro));
+        micro.clear();  // the loader reuses the buffers we let go of
       }
       if (!train.epoch_done()) break;  // stopped mid-epoch
       end_epoch(history);

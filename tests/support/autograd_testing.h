@@ -7,4 +7,5 @@
 #include "kiln/autograd/functional.h"
 #include "kiln/autograd/gradcheck.h"
 #include "kiln/autograd/gradient_tape.h"
+#include "kiln/autograd/hooks.h"
 #include "tests/support/ops_testing.h"

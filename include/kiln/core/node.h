@@ -68,6 +68,17 @@ class Node {
   std::vector<std::pair<uint32_t, std::weak_ptr<TensorImpl>>> retained_;
 };
 
+/// Run by a leaf's AccumulateGrad after it has added the incoming gradient
+/// into the leaf's grad(): for that backward the leaf's grad is then final
+/// (PyTorch's register_post_accumulate_grad_hook). Registered through
+/// kiln/autograd/hooks.h; dist::DataParallel launches its bucket reductions
+/// from it.
+class PostAccumulateGradHook {
+ public:
+  virtual ~PostAccumulateGradHook() = default;
+  virtual void operator()(const Tensor& leaf) = 0;
+};
+
 /// Per-tensor autograd state, allocated only for tensors that take part.
 struct AutogradMeta {
   bool requires_grad = false;
@@ -76,6 +87,7 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;          // null for leaves
   uint32_t output_nr = 0;                 // which output of grad_fn this tensor is
   std::weak_ptr<Node> grad_accumulator;   // leaves: the AccumulateGrad in use
+  std::vector<std::shared_ptr<PostAccumulateGradHook>> post_accumulate_grad_hooks;  // leaves, in order
 };
 
 }  // namespace kiln

@@ -38,6 +38,14 @@ struct DataLoaderOptions {
   uint64_t seed = 0;
   bool drop_last = false;  // drop an epoch's last batch when it is smaller than batch_size
   int prefetch = 2;        // batches gathered ahead by a background thread; 0: none, no thread
+  // Data parallelism (docs/distributed.md): with world_size W, each step's
+  // global batch is batch_size * W consecutive examples of the epoch's order
+  // (the order of one process with that batch), and rank r gets the r-th of
+  // W equal slices (an epoch's short last batch is split as evenly as it
+  // goes). The state counts global batches, so a checkpoint resumes under
+  // any world size whose batch_size * W is the same.
+  int rank = 0;
+  int world_size = 1;
 };
 
 class DataLoader : public Stateful {
@@ -50,9 +58,12 @@ class DataLoader : public Stateful {
   const Dataset& dataset() const { return *dataset_; }
   const DataLoaderOptions& options() const { return options_; }
   int64_t batch_size() const { return options_.batch_size; }
+  /// batch_size() * world_size: the examples of one step over every rank.
+  int64_t global_batch_size() const { return options_.batch_size * options_.world_size; }
   /// Batches per epoch (len(loader) in PyTorch).
   int64_t size() const;
-  /// Examples per epoch (size() * batch_size() when drop_last, else the data set's size).
+  /// Examples per epoch over every rank (size() * global_batch_size() when
+  /// drop_last, else the data set's size).
   int64_t samples_per_epoch() const;
 
   /// The epoch in progress, 0-based; position(): batches of it handed out so far.
@@ -74,7 +85,8 @@ class DataLoader : public Stateful {
   std::default_sentinel_t end() { return {}; }
 
   /// The sampler's state at the first batch not yet handed out, plus
-  /// {"batch_size", "drop_last"}; load_state checks them before changing anything.
+  /// {"batch_size" (the global batch), "drop_last"}; load_state checks them
+  /// before changing anything.
   State state() const override;
   void load_state(const State& state) override;
 

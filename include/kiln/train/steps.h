@@ -23,6 +23,20 @@ bool update(const Tensor& loss, optim::Optimizer& opt);
 /// Whether every gradient `opt` would apply is finite (undefined ones are skipped).
 bool grads_finite(const optim::Optimizer& opt);
 
+/// One optimizer step over micro-batches (gradient accumulation, SPECS X6):
+/// the global count G of valid items (task.valid_count over every
+/// micro-batch, summed over the ranks of `distributed` when given) first;
+/// then for each micro-batch backward of task.loss_sum(b).sum / G, the
+/// gradients summed across ranks only on the last one (no_sync before); then
+/// task.prepare_step() and the optimizer step, and zero_grad. The gradient is
+/// that of (sum of every item's loss) / G: one process over the combined
+/// batch gives the same up to summation order, and 2 ranks give bit for bit
+/// what one process accumulating their two micro-batches gives. loss, count
+/// and correct are the whole step's, over every rank. A non-finite loss or
+/// gradient on any rank skips the update on every rank (applied false).
+StepResult accumulation_step(Task& task, std::span<const data::Batch> micro_batches,
+                             DistributedHooks* distributed = nullptr);
+
 /// Cross entropy of forward(input) [B, C] against target [B] (class indices).
 StepResult classification_step(const Forward& forward, optim::Optimizer& opt, const data::Batch& batch);
 StepResult classification_eval(const Forward& forward, const data::Batch& batch);

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <span>
 #include <string>
 
 #include "kiln/core/rngs.h"
@@ -46,6 +47,17 @@ struct StepResult {
   bool applied = true;
 };
 
+// A micro-batch's loss for gradient accumulation and data parallelism
+// (train::accumulation_step): the SUM of the per-item losses (a 0-dim tensor
+// on the tape), not their mean, so that the step can divide by the number of
+// valid items of the whole step (every micro-batch of every rank).
+struct LossSum {
+  Tensor sum;
+  int64_t correct = -1;  // correctly classified items, or -1
+};
+
+class DistributedHooks;
+
 // The model's forward pass, input -> output.
 using Forward = std::function<Tensor(const Tensor&)>;
 
@@ -67,6 +79,21 @@ class Task {
   /// Loss (and correct count) on a batch without updating anything; called
   /// with the model in eval mode under NoGradGuard. Default: classification_eval.
   virtual StepResult validation_step(const data::Batch& batch);
+  /// One optimizer step over `micro_batches` (RunOptions::accumulate of them,
+  /// fewer at an epoch's end), their gradients summed over the ranks of
+  /// `distributed` when given. Default: train::accumulation_step, built on
+  /// valid_count, loss_sum and clip_gradients below.
+  virtual StepResult accumulation_step(std::span<const data::Batch> micro_batches, DistributedHooks* distributed);
+  /// The items of a micro-batch its loss counts (known before the forward).
+  /// Default: batch.size(); a masked loss returns its valid positions.
+  virtual int64_t valid_count(const data::Batch& batch);
+  /// The micro-batch's summed loss. Default: cross entropy (reduction Sum) of
+  /// forward(input) [B, C] against target [B], with the correct count.
+  virtual LossSum loss_sum(const data::Batch& batch);
+  /// Between the (summed) gradients and the optimizer step: false skips the
+  /// step (non-finite gradients). Default: train::grads_finite; a task that
+  /// clips gradients does it here.
+  virtual bool prepare_step();
   /// Entering phase `name` (PhaseCallback): swap losses, freeze parts, ... Default: nothing.
   virtual void set_phase(const std::string& name) {}
   /// Live control's RequestRecapture: a task with a compiled step

@@ -21,12 +21,14 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "kiln/core/error.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/train/callback.h"
+#include "kiln/train/distributed.h"
 #include "kiln/train/task.h"
 
 namespace kiln::data {
@@ -77,6 +79,13 @@ struct RunOptions {
   std::optional<bool> tty = {};   // whether out is a terminal; default: isatty(1) for std::cout, else false
   std::string config = "{}";      // JSON object saved in checkpoints (kiln.config)
   OnNan on_nan = OnNan::stop;     // a step with a NaN or infinite loss: end the run, or skip the step
+  // Gradient accumulation and data parallelism (SPECS X6, docs/distributed.md):
+  // each optimizer step takes `accumulate` batches of the loader (fewer at an
+  // epoch's end) through Task::accumulation_step, with the gradients summed
+  // over the ranks of `distributed` when given. Progress counts optimizer
+  // steps. With distributed, only rank 0 prints (out is discarded elsewhere).
+  int64_t accumulate = 1;
+  std::shared_ptr<DistributedHooks> distributed = nullptr;
 };
 
 // Sums over the steps of the epoch in progress.
@@ -116,13 +125,17 @@ class Trainer {
   Task& task() const;
   data::DataLoader& loader() const;
   /// epoch: 0-based epoch in progress; global_step: optimizer steps so far;
-  /// step_in_epoch: steps of this epoch so far.
+  /// step_in_epoch: steps of this epoch so far (optimizer steps: with
+  /// RunOptions::accumulate = N each takes N of the loader's batches).
   const io::Progress& progress() const { return progress_; }
   int64_t max_epochs() const { return max_epochs_; }
   const RunOptions& run() const { return run_; }
   int64_t steps_per_epoch() const;
   int64_t batch_size() const;
   const EpochStats& epoch_stats() const { return epoch_; }
+  /// 0 without RunOptions::distributed.
+  int rank() const { return run_.distributed ? run_.distributed->rank() : 0; }
+  int world_size() const { return run_.distributed ? run_.distributed->world_size() : 1; }
   /// Latest values by name: "loss" (last step, then the epoch mean at epoch
   /// end), "accuracy", "lr", and whatever callbacks add ("val/loss").
   std::map<std::string, double>& logs() { return logs_; }
@@ -162,6 +175,8 @@ class Trainer {
  private:
   friend class Control;  // sets state_ (paused, stopping)
   void step_once(const data::Batch& batch);
+  void step_once(std::span<const data::Batch> micro_batches);  // accumulation / distributed
+  void count_step(const StepResult& r);
   void end_epoch(History& history);
   void fail();  // after an exception: on_train_end for every callback, control ended
   void pause_clock_begin();

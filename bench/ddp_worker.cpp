@@ -1,0 +1,141 @@
+// kiln_ddp_bench: the data-parallel benches (issue 30), run under mpirun by
+// bench/ddp_bench.cpp (kiln_bench ddp_cnn_b64 | ddp_gpt_char | ddp_allreduce)
+// or by hand:
+//
+//   mpirun -np 2 build-bench/bench/kiln_ddp_bench cnn  [--steps N] [--single-bucket]
+//   mpirun -np 2 build-bench/bench/kiln_ddp_bench gpt  [--steps N] [--single-bucket]
+//   mpirun -np 2 build-bench/bench/kiln_ddp_bench allreduce
+//
+// cnn: bench/train_cnn_bench.cpp's cnn_b64 (global batch 64: 32 a rank), Adam;
+// gpt: gpt_char (global batch 12 x 64 tokens: 6 sequences a rank), AdamW.
+// Each rank runs its own threads (KILN_NUM_THREADS, 1 for the issue's 2 x 1
+// against 1 x 2 comparison). --single-bucket reduces everything in one
+// all-reduce after backward instead of bucketing during it. Rank 0 prints one
+// JSON line per figure, as kiln_bench does: throughput over every rank, and
+// the seconds a step waited for communication that backward did not hide.
+// allreduce: time of one all-reduce of 4 KiB .. 64 MiB f32 (median of 9), the
+// scaling model's input (docs/distributed.md).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/dist/data_parallel.h"
+#include "kiln/dist/process_group.h"
+
+using namespace kiln;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+void emit(const std::string& bench, const std::string& metric, const char* unit, double value) {
+  if (dist::rank() != 0) return;
+  std::printf("{\"bench\": \"%s\", \"metric\": \"%s\", \"unit\": \"%s\", \"value\": %.6g}\n", bench.c_str(),
+              metric.c_str(), unit, value);
+  std::fflush(stdout);
+}
+
+nn::Sequential cnn_model(const nn::Init& init) {
+  return nn::Sequential(nn::Conv2d(1, 32, 3, init, {.padding = 1}), nn::ReLU(), nn::MaxPool2d(2),
+                        nn::Conv2d(32, 64, 3, init, {.padding = 1}), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
+                        nn::Linear(3136, 128, init), nn::ReLU(), nn::Linear(128, 10, init));
+}
+
+// Times `steps` synced steps after 3 warm-up steps; step() returns the seconds it waited.
+template <class Step>
+void time_steps(const std::string& bench, const std::string& variant, int steps, double items, const char* unit,
+                Step&& step) {
+  for (int i = 0; i < 3; ++i) step();
+  dist::barrier();
+  double waited = 0;
+  const double t0 = now();
+  for (int i = 0; i < steps; ++i) waited += step();
+  dist::barrier();
+  const double sec = (now() - t0) / steps;
+  emit(bench, "throughput" + variant, unit, items / sec);
+  emit(bench, "comm_wait" + variant, "ms/step", waited / steps * 1e3);
+}
+
+void cnn(int steps, bool single) {
+  const int64_t global = 64, local = global / dist::world_size();
+  Rngs rngs(0);
+  nn::Sequential net = cnn_model(nn::Init(rngs));
+  dist::DataParallelOptions o;
+  if (single) o.first_bucket_bytes = o.bucket_bytes = int64_t(1) << 40;
+  dist::DataParallel ddp(net, o);
+  optim::Adam opt(net.parameters(), {.lr = 1e-3});
+  Generator gen(uint64_t(1 + dist::rank()));
+  Tensor x = randn({local, 1, 28, 28}, gen), y = randint(0, 10, {local}, gen);
+  time_steps("ddp_cnn_b64", single ? "_single_bucket" : "", steps, double(global), "samples/s", [&] {
+    cross_entropy(net.forward(x), y).backward();
+    ddp.synchronize();
+    opt.step();
+    opt.zero_grad();
+    return ddp.last_wait_seconds();
+  });
+}
+
+void gpt(int steps, bool single) {
+  const int64_t global = 12, local = global / dist::world_size(), T = 64;
+  Rngs rngs(0);
+  models::GPTConfig cfg{};
+  models::GPT model(cfg, rngs);
+  dist::DataParallelOptions o;
+  if (single) o.first_bucket_bytes = o.bucket_bytes = int64_t(1) << 40;
+  dist::DataParallel ddp(model, o);
+  optim::AdamW opt(model.parameters(), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1});
+  Generator gen(uint64_t(1 + dist::rank()));
+  Tensor idx = randint(0, cfg.vocab_size, {local, T}, gen), tgt = randint(0, cfg.vocab_size, {local, T}, gen);
+  time_steps("ddp_gpt_char", single ? "_single_bucket" : "", steps, double(global * T), "tokens/s", [&] {
+    model.loss(idx, tgt).backward();
+    ddp.synchronize();
+    opt.step();
+    opt.zero_grad();
+    return ddp.last_wait_seconds();
+  });
+}
+
+void allreduce() {
+  for (int64_t bytes = 4096; bytes <= (int64_t(64) << 20); bytes *= 4) {
+    Tensor t = ones({bytes / 4});
+    std::vector<double> times;
+    for (int r = 0; r < 9; ++r) {
+      dist::barrier();
+      const double t0 = now();
+      dist::all_reduce(t);
+      times.push_back(now() - t0);
+    }
+    std::sort(times.begin(), times.end());
+    emit("ddp_allreduce", "bytes_" + std::to_string(bytes), "us", times[4] * 1e6);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dist::init(&argc, &argv);
+  const std::string mode = argc > 1 ? argv[1] : "";
+  int steps = mode == "gpt" ? 20 : 10;
+  bool single = false;
+  for (int i = 2; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--single-bucket")) single = true;
+  }
+  try {
+    if (mode == "cnn") cnn(steps, single);
+    else if (mode == "gpt") gpt(steps, single);
+    else if (mode == "allreduce") allreduce();
+    else {
+      std::fprintf(stderr, "usage: mpirun -np N %s cnn|gpt|allreduce [--steps N] [--single-bucket]\n", argv[0]);
+      return 2;
+    }
+  } catch (const std::exception& e) {
+    dist::abort_run(e.what());
+  }
+  dist::finalize();
+  return 0;
+}

@@ -1,0 +1,121 @@
+// dist::DataParallel (SPECS X6): data-parallel training of any module over
+// the ranks of an MPI run, PyTorch DDP's design in C++.
+//
+//   dist::init(&argc, &argv);
+//   auto model = nn::make<Net>(rngs);                  // the same seed or not: rank 0's weights win
+//   dist::DataParallel ddp(*model);                    // broadcasts parameters and buffers from rank 0
+//   optim::AdamW opt(model->parameters(), {...});
+//   for (...) {
+//     Tensor loss = loss_fn(model(x_of_this_rank), y_of_this_rank);
+//     loss.backward();                                 // buckets are averaged while backward runs
+//     ddp.synchronize();                               // (a no-op once every bucket is back)
+//     opt.step(); opt.zero_grad();
+//   }
+//   { auto guard = ddp.no_sync(); loss1.backward(); }  // accumulate locally, reduce on the next synced backward
+//
+// NOTE [Gradient buckets]: the parameters are grouped, in reverse
+// registration order (about the order backward finishes them), into buckets
+// of at most `bucket_bytes` (the first one `first_bucket_bytes`, small, so
+// that communication starts early). A post-accumulate-grad hook on each
+// parameter (kiln/autograd/hooks.h) marks it ready; when every parameter of
+// the next bucket in order is ready, its gradients are copied into the
+// bucket's flat buffer and handed to a communication thread, which all-reduces
+// it on a communicator of its own while backward goes on. Buckets are always
+// launched in index order, so every rank issues the same collectives in the
+// same order whatever its backward's order. When the last bucket is launched
+// the hook waits for all of them and copies the results back, so after
+// backward() the gradients are reduced; synchronize() does the same for a
+// backward that left parameters unused (their gradient counts as zero).
+// Without MPI_THREAD_MULTIPLE the buckets are reduced inline as they become
+// ready (correct, no overlap).
+//
+// Exactness: the sum of two values does not depend on their order, so with 2
+// ranks and ReduceOp::Sum the reduced gradients equal one process
+// accumulating both ranks' micro-batches bit for bit (tests/dist).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kiln/dist/process_group.h"
+#include "kiln/nn/module.h"
+#include "kiln/train/distributed.h"
+
+namespace kiln::dist {
+
+struct DataParallelOptions {
+  int64_t first_bucket_bytes = int64_t(1) << 20;  // 1 MiB: the first reduction starts early
+  int64_t bucket_bytes = int64_t(25) << 20;       // 25 MiB, PyTorch's bucket_cap_mb
+  /// Mean divides the summed gradients by the world size (PyTorch's DDP, for
+  /// losses that are each rank's own mean); Sum leaves them summed (losses
+  /// already divided by the global count, train::accumulation_step).
+  ReduceOp reduce = ReduceOp::Mean;
+  /// Reduce on a communication thread, overlapping backward (needs
+  /// MPI_THREAD_MULTIPLE; otherwise inline).
+  bool overlap = true;
+  /// Broadcast parameters and buffers from rank 0 at construction.
+  bool broadcast_at_start = true;
+};
+
+class DataParallel {
+ public:
+  /// dist::init() must have run. Every rank wraps the same architecture.
+  explicit DataParallel(nn::Module& module, DataParallelOptions options = {});
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  nn::Module& module() const { return *module_; }
+  const DataParallelOptions& options() const { return options_; }
+  void set_reduce(ReduceOp op);
+
+  /// Waits until every gradient of the last synced backward is reduced
+  /// (parameters that received no gradient count as zero). Idempotent.
+  void synchronize();
+  /// Copies rank 0's parameters and buffers to every rank.
+  void broadcast_parameters();
+
+  /// While alive, backward accumulates gradients locally without reducing
+  /// (PyTorch's no_sync()); the next synced backward reduces the sum.
+  class NoSync;
+  [[nodiscard]] NoSync no_sync();
+  void set_sync(bool enabled);
+  bool sync_enabled() const;
+
+  /// Buckets as parameter counts, first launched first (for tests, docs).
+  std::vector<int64_t> bucket_sizes() const;
+  /// Seconds the caller waited for reductions in the last synchronize (the
+  /// part of communication that backward did not hide).
+  double last_wait_seconds() const;
+
+ private:
+  struct Impl;
+  nn::Module* module_;
+  DataParallelOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+class DataParallel::NoSync {
+ public:
+  explicit NoSync(DataParallel& ddp) : ddp_(&ddp), was_(ddp.sync_enabled()) { ddp.set_sync(false); }
+  ~NoSync() {
+    if (ddp_) ddp_->set_sync(was_);
+  }
+  NoSync(NoSync&& o) noexcept : ddp_(o.ddp_), was_(o.was_) { o.ddp_ = nullptr; }
+  NoSync(const NoSync&) = delete;
+  NoSync& operator=(const NoSync&) = delete;
+  NoSync& operator=(NoSync&&) = delete;
+
+ private:
+  DataParallel* ddp_;
+  bool was_;
+};
+
+inline DataParallel::NoSync DataParallel::no_sync() { return NoSync(*this); }
+
+/// The Trainer's view of a DataParallel (RunOptions::distributed): rank and
+/// world size, metric sums over MPI_COMM_WORLD, gradient sync through ddp with
+/// ReduceOp::Sum (set here: the accumulation step divides by the global count).
+std::shared_ptr<train::DistributedHooks> trainer_hooks(DataParallel& ddp);
+
+}  // namespace kiln::dist

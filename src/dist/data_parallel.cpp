@@ -1,0 +1,334 @@
+// dist::DataParallel: bucketed gradient all-reduce launched from
+// post-accumulate-grad hooks (NOTE [Gradient buckets] in kiln/dist/data_parallel.h).
+#include "kiln/dist/data_parallel.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "kiln/autograd/hooks.h"
+#include "kiln/core/error.h"
+#include "kiln/core/grad_mode.h"
+#include "src/dist/mpi_util.h"
+
+namespace kiln::dist {
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Copies `src` (contiguous, numel elements of dtype) to dst bytes.
+void copy_out(const Tensor& src, void* dst) { std::memcpy(dst, src.data_ptr(), size_t(src.nbytes())); }
+
+}  // namespace
+
+struct DataParallel::Impl {
+  struct Bucket {
+    std::vector<Tensor> params;      // the parameters' values (leaves), in launch order
+    std::vector<int64_t> offsets;    // element offset of each in flat
+    DType dtype = kF32;
+    Tensor flat;                     // [numel] of dtype
+    int pending = 0;                 // parameters of this backward not yet ready
+  };
+
+  std::vector<Bucket> buckets;
+  std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> where;  // parameter -> (bucket, index)
+  std::vector<std::vector<char>> ready;
+  std::vector<std::pair<Tensor, std::shared_ptr<PostAccumulateGradHook>>> hooks;
+  size_t launched = 0;   // buckets launched in this backward
+  bool active = false;   // a synced backward has started (a hook ran) and not finished
+  bool sync = true;
+  ReduceOp reduce = ReduceOp::Mean;
+  double wait_seconds = 0;
+  MPI_Comm comm = MPI_COMM_NULL;
+
+  // ---- the communication thread (overlap), guarded by mutex ----
+  bool threaded = false;
+  std::thread thread;
+  std::mutex mutex;
+  std::condition_variable work, done_cv;
+  std::deque<size_t> queue;
+  size_t done = 0;
+  bool stop = false;
+  std::exception_ptr error;
+
+  void reduce_bucket(size_t b) {
+    Bucket& bk = buckets[b];
+    MPI_Datatype type = detail::mpi_type(bk.dtype, "DataParallel", true);
+    if (!threaded) {
+      detail::all_reduce_raw(bk.flat.data_ptr(), bk.flat.numel(), type, MPI_SUM, comm, "DataParallel");
+      return;
+    }
+    // On the communication thread: a blocking MPI_Allreduce would spin on a
+    // core while it waits for the other ranks, taking it from this rank's
+    // backward (and, on a machine with fewer cores than threads, from the
+    // other ranks'). Non-blocking, tested every 50 us, it sleeps instead.
+    detail::chunked(bk.flat.data_ptr(), bk.flat.numel(), itemsize(bk.dtype), "DataParallel", [&](void* p, int n) {
+      MPI_Request req;
+      int rc = MPI_Iallreduce(MPI_IN_PLACE, p, n, type, MPI_SUM, comm, &req);
+      for (int finished = 0; rc == MPI_SUCCESS;) {
+        rc = MPI_Test(&req, &finished, MPI_STATUS_IGNORE);
+        if (finished) break;
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      return rc;
+    });
+  }
+
+  void thread_loop() {
+    for (;;) {
+      size_t b;
+      {
+        std::unique_lock lock(mutex);
+        work.wait(lock, [&] { return stop || !queue.empty(); });
+        if (queue.empty()) return;  // stop
+        b = queue.front();
+        queue.pop_front();
+      }
+      std::exception_ptr err;
+      try {
+        reduce_bucket(b);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      {
+        std::lock_guard lock(mutex);
+        if (err && !error) error = err;
+        ++done;
+      }
+      done_cv.notify_all();
+    }
+  }
+
+  void begin_backward() {
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      std::fill(ready[b].begin(), ready[b].end(), 0);
+      buckets[b].pending = int(buckets[b].params.size());
+    }
+    launched = 0;
+    {
+      std::lock_guard lock(mutex);
+      done = 0;
+      error = nullptr;
+    }
+    active = true;
+  }
+
+  // Copies bucket b's gradients into its buffer (undefined ones as zeros) and
+  // starts its reduction.
+  void launch(size_t b) {
+    Bucket& bk = buckets[b];
+    char* flat = static_cast<char*>(bk.flat.data_ptr());
+    const int64_t item = itemsize(bk.dtype);
+    for (size_t i = 0; i < bk.params.size(); ++i) {
+      const Tensor& p = bk.params[i];
+      Tensor g = p.grad();
+      char* dst = flat + bk.offsets[i] * item;
+      if (!g.defined()) {
+        std::memset(dst, 0, size_t(p.numel() * item));
+      } else {
+        KILN_CHECK(g.dtype() == bk.dtype && g.numel() == p.numel(), "DataParallel",
+                   "a gradient of shape {} ({}) for a parameter of shape {} ({})", to_string(g.shape()),
+                   name(g.dtype()), to_string(p.shape()), name(bk.dtype));
+        copy_out(g.is_contiguous() ? g : g.contiguous(), dst);
+      }
+    }
+    ++launched;
+    if (!threaded) {
+      reduce_bucket(b);
+      std::lock_guard lock(mutex);
+      ++done;
+      return;
+    }
+    {
+      std::lock_guard lock(mutex);
+      queue.push_back(b);
+    }
+    work.notify_one();
+  }
+
+  void launch_ready() {
+    while (launched < buckets.size() && buckets[launched].pending == 0) launch(launched);
+  }
+
+  // Waits for every launched bucket and writes the results into the grads.
+  void finish() {
+    const double t0 = now_seconds();
+    {
+      std::unique_lock lock(mutex);
+      done_cv.wait(lock, [&] { return done == launched; });
+      if (error) {
+        active = false;
+        std::rethrow_exception(error);
+      }
+    }
+    wait_seconds = now_seconds() - t0;
+    const int world = world_size();
+    for (Bucket& bk : buckets) {
+      if (reduce == ReduceOp::Mean && world > 1) detail::scale(bk.flat, 1.0 / world);
+      const char* flat = static_cast<const char*>(bk.flat.data_ptr());
+      const int64_t item = itemsize(bk.dtype);
+      for (size_t i = 0; i < bk.params.size(); ++i) {
+        Tensor p = bk.params[i];
+        Tensor g = p.grad();
+        if (!g.defined() || !g.is_contiguous() || g.dtype() != bk.dtype) {
+          g = Tensor::empty(p.shape(), bk.dtype);
+          p.set_grad(g);
+        }
+        std::memcpy(g.data_ptr(), flat + bk.offsets[i] * item, size_t(p.numel() * item));
+      }
+    }
+    active = false;
+  }
+
+  void on_ready(const Tensor& leaf) {
+    if (!sync) return;
+    if (!active) begin_backward();
+    auto it = where.find(leaf.impl());
+    if (it == where.end()) return;
+    auto [b, i] = it->second;
+    if (ready[b][i]) return;  // a second backward before synchronize: already counted
+    ready[b][i] = 1;
+    --buckets[b].pending;
+    launch_ready();
+    if (launched == buckets.size()) finish();
+  }
+};
+
+DataParallel::DataParallel(nn::Module& module, DataParallelOptions options)
+    : module_(&module), options_(options), impl_(std::make_unique<Impl>()) {
+  constexpr const char* op = "DataParallel";
+  detail::require_init(op);
+  KILN_CHECK(options_.first_bucket_bytes > 0 && options_.bucket_bytes > 0, op,
+             "bucket sizes must be positive, got first_bucket_bytes {} and bucket_bytes {}",
+             options_.first_bucket_bytes, options_.bucket_bytes);
+  KILN_CHECK(options_.reduce == ReduceOp::Mean || options_.reduce == ReduceOp::Sum, op,
+             "reduce must be Mean or Sum");
+  Impl& m = *impl_;
+  m.reduce = options_.reduce;
+
+  // Buckets in reverse registration order, one dtype each.
+  nn::ParameterList params = module.parameters();
+  std::vector<Tensor> order;
+  for (const nn::Parameter& p : params)
+    if (p.value().defined() && p.value().requires_grad()) order.push_back(p.value());
+  std::reverse(order.begin(), order.end());
+  int64_t cap = options_.first_bucket_bytes, bytes = 0;
+  for (const Tensor& p : order) {
+    KILN_CHECK(p.dtype() == kF32 || p.dtype() == kF64, op,
+               "parameters must be f32 or f64 (MPI sums no bf16), got a {} parameter of shape {}", name(p.dtype()),
+               to_string(p.shape()));
+    if (m.where.count(p.impl())) continue;  // shared
+    if (m.buckets.empty() || m.buckets.back().dtype != p.dtype() ||
+        (bytes > 0 && bytes + p.nbytes() > cap)) {
+      if (!m.buckets.empty()) cap = options_.bucket_bytes;
+      m.buckets.push_back({});
+      m.buckets.back().dtype = p.dtype();
+      bytes = 0;
+    }
+    Impl::Bucket& bk = m.buckets.back();
+    m.where[p.impl()] = {m.buckets.size() - 1, bk.params.size()};
+    bk.offsets.push_back(bk.params.empty() ? 0 : bk.offsets.back() + bk.params.back().numel());
+    bk.params.push_back(p);
+    bytes += p.nbytes();
+  }
+  for (Impl::Bucket& bk : m.buckets) {
+    bk.flat = Tensor::empty({bk.offsets.back() + bk.params.back().numel()}, bk.dtype);
+    m.ready.emplace_back(bk.params.size(), 0);
+  }
+
+  detail::check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &m.comm), op);
+  MPI_Comm_set_errhandler(m.comm, MPI_ERRORS_RETURN);
+  if (options_.broadcast_at_start) broadcast_parameters();
+
+  for (Impl::Bucket& bk : m.buckets)
+    for (const Tensor& p : bk.params) {
+      Impl* impl = impl_.get();
+      m.hooks.emplace_back(p, autograd::register_post_accumulate_grad_hook(
+                                  p, [impl](const Tensor& leaf) { impl->on_ready(leaf); }));
+    }
+  m.threaded = options_.overlap && thread_multiple() && world_size() > 1;
+  if (m.threaded) m.thread = std::thread([impl = impl_.get()] { impl->thread_loop(); });
+}
+
+DataParallel::~DataParallel() {
+  Impl& m = *impl_;
+  for (auto& [p, h] : m.hooks) autograd::remove_post_accumulate_grad_hook(p, h);
+  if (m.thread.joinable()) {
+    {
+      std::lock_guard lock(m.mutex);
+      m.stop = true;
+    }
+    m.work.notify_all();
+    m.thread.join();
+  }
+  if (m.comm != MPI_COMM_NULL && is_initialized()) MPI_Comm_free(&m.comm);
+}
+
+void DataParallel::set_reduce(ReduceOp op) {
+  KILN_CHECK(op == ReduceOp::Mean || op == ReduceOp::Sum, "DataParallel.set_reduce", "reduce must be Mean or Sum");
+  KILN_CHECK(!impl_->active, "DataParallel.set_reduce", "a backward's reduction is in progress");
+  options_.reduce = impl_->reduce = op;
+}
+
+void DataParallel::synchronize() {
+  Impl& m = *impl_;
+  if (!m.active) return;
+  while (m.launched < m.buckets.size()) m.launch(m.launched);  // unused parameters count as zero
+  m.finish();
+}
+
+void DataParallel::broadcast_parameters() {
+  NoGradGuard no_grad;
+  for (const nn::Parameter& p : module_->parameters()) {
+    Tensor t = p.value();
+    if (t.defined()) broadcast(t, 0);
+  }
+  for (Tensor& b : module_->buffers())
+    if (b.defined()) broadcast(b, 0);
+}
+
+void DataParallel::set_sync(bool enabled) { impl_->sync = enabled; }
+bool DataParallel::sync_enabled() const { return impl_->sync; }
+
+std::vector<int64_t> DataParallel::bucket_sizes() const {
+  std::vector<int64_t> out;
+  for (const auto& bk : impl_->buckets) out.push_back(int64_t(bk.params.size()));
+  return out;
+}
+
+double DataParallel::last_wait_seconds() const { return impl_->wait_seconds; }
+
+namespace {
+
+class Hooks final : public train::DistributedHooks {
+ public:
+  explicit Hooks(DataParallel& ddp) : ddp_(&ddp) { ddp.set_reduce(ReduceOp::Sum); }
+  int rank() const override { return dist::rank(); }
+  int world_size() const override { return dist::world_size(); }
+  void all_reduce_sum(std::span<double> values) override {
+    if (values.empty()) return;
+    detail::all_reduce_raw(values.data(), int64_t(values.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
+                           "Trainer.all_reduce_sum");
+  }
+  void set_gradient_sync(bool enabled) override { ddp_->set_sync(enabled); }
+  void finish_gradient_sync() override { ddp_->synchronize(); }
+
+ private:
+  DataParallel* ddp_;
+};
+
+}  // namespace
+
+std::shared_ptr<train::DistributedHooks> trainer_hooks(DataParallel& ddp) { return std::make_shared<Hooks>(ddp); }
+
+}  // namespace kiln::dist

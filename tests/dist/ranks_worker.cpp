@@ -1,0 +1,310 @@
+// The dist tests that need several processes: googletest on every rank of
+// `mpirun -np 2` (ctest Dist.ranks_np2); any rank's failure fails the run.
+//
+// The exactness tests (issue 30): 2 ranks with DataParallel equal one process
+// accumulating the same two micro-batches bit for bit (parameters after 50
+// AdamW steps), and one process over the combined batch within 1e-5 (another
+// summation order), masked losses included.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "tests/support/dist_testing.h"
+
+namespace kiln {
+namespace {
+
+int R() { return dist::rank(); }
+int W() { return dist::world_size(); }
+
+TEST(Collectives, AllReduceSumMeanMaxMin) {
+  ASSERT_EQ(W(), 2) << "run under mpirun -np 2";
+  Tensor f = tensor(std::vector<float>{1.5f * float(R() + 1), -1.0f, 0.25f});
+  dist::all_reduce(f);
+  EXPECT_EQ(f.to_vector<float>(), (std::vector<float>{4.5f, -2.0f, 0.5f}));
+  Tensor d = tensor(std::vector<double>{double(R()), 3.0});
+  dist::all_reduce(d, dist::ReduceOp::Mean);
+  EXPECT_EQ(d.to_vector<double>(), (std::vector<double>{0.5, 3.0}));
+  Tensor i = tensor(std::vector<int64_t>{int64_t(R()) * 10, -int64_t(R())});
+  dist::all_reduce(i, dist::ReduceOp::Max);
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{10, 0}));
+  Tensor j = tensor(std::vector<int32_t>{R(), 7});
+  dist::all_reduce(j, dist::ReduceOp::Min);
+  EXPECT_EQ(j.to_vector<int32_t>(), (std::vector<int32_t>{0, 7}));
+}
+
+TEST(Collectives, BroadcastAndAllGather) {
+  Tensor t = full({2, 3}, double(R() + 5), {.dtype = kF64});
+  dist::broadcast(t, 1);
+  EXPECT_EQ(t.to_vector<double>(), std::vector<double>(6, 6.0));
+  Tensor b = full({4}, double(R()), {.dtype = kBF16});
+  dist::broadcast(b, 0);
+  EXPECT_EQ(max(abs(b.to(kF32))).item<float>(), 0.0f);
+  Tensor g = dist::all_gather(tensor(std::vector<int64_t>{R(), R() * 2}));
+  EXPECT_EQ(g.shape(), (Shape{2, 2}));
+  EXPECT_EQ(g.to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 1, 2}));
+  dist::barrier();
+}
+
+TEST(Collectives, BadArgumentsAreErrorsOnTheCallingRank) {
+  Tensor h = tensor(std::vector<float>{1, 2}).to(kBF16);
+  EXPECT_THROW(dist::all_reduce(h), Error);  // no bf16 sum
+  Tensor nc = transpose(ones({2, 3}), 0, 1);
+  EXPECT_THROW(dist::all_reduce(nc), Error);
+  Tensor ok = ones({2});
+  EXPECT_THROW(dist::broadcast(ok, 2), Error);
+  Tensor mask = ones({2}, {.dtype = kBool});
+  EXPECT_THROW(dist::all_reduce(mask), Error);
+  try {
+    dist::broadcast(ok, -1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dist.broadcast"), std::string::npos) << e.what();
+  }
+}
+
+// ---- DataParallel ----
+
+// Classification over [N, T] positions; targets -100 are ignored (masked), so
+// micro-batches hold uneven numbers of valid items.
+struct MaskedTask : train::Task {
+  using Task::Task;
+  int64_t valid_count(const data::Batch& b) override { return sum(ne(b.target, int64_t(-100))).item<int64_t>(); }
+  train::LossSum loss_sum(const data::Batch& b) override {
+    return {cross_entropy(forward()(b.input), b.target, {.reduction = Reduction::Sum}), -1};
+  }
+  train::StepResult training_step(const data::Batch& b) override {  // the combined batch's mean
+    Tensor loss = cross_entropy(forward()(b.input), b.target);
+    return {loss.item<double>(), b.size(), -1, train::update(loss, optimizer())};
+  }
+};
+
+struct Net {
+  // Every rank seeds differently: DataParallel's broadcast makes rank 0's weights everyone's.
+  explicit Net(uint64_t seed, bool masked)
+      : rngs{{"params", seed}}, model(nn::make<nn::Sequential>()) {
+    model->push_back(nn::Linear(6, 16, rngs));
+    model->push_back(nn::Tanh());
+    model->push_back(nn::Linear(16, 16, rngs));
+    model->push_back(nn::ReLU());
+    model->push_back(nn::Linear(16, 3, rngs));
+    opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.01});
+    task = masked ? std::unique_ptr<train::Task>(std::make_unique<MaskedTask>(model, *opt, &rngs))
+                  : std::make_unique<train::Task>(model, *opt, &rngs);
+  }
+  std::vector<Tensor> weights() const {
+    std::vector<Tensor> out;
+    for (const auto& p : model->parameters()) out.push_back(p.value().clone());
+    return out;
+  }
+  Rngs rngs;
+  nn::Shared<nn::Sequential> model;
+  std::unique_ptr<optim::AdamW> opt;
+  std::unique_ptr<train::Task> task;
+};
+
+// Step s's micro-batch k (k = 0, 1): the same on every rank. Masked: [N, 4, 6]
+// inputs with some targets -100; else [N, 6]. N differs between the two.
+data::Batch micro_batch(int s, int k, bool masked) {
+  Generator g(uint64_t(1000 + 10 * s + k));
+  const int64_t n = k == 0 ? 5 : 3;
+  if (!masked) {
+    Tensor x = randn({n, 6}, g);
+    Tensor y = randint(0, 3, {n}, g);
+    return {x, y};
+  }
+  Tensor x = randn({n, 4, 6}, g);
+  Tensor y = randint(0, 3, {n, 4}, g);
+  Tensor drop = lt(rand({n, 4}, g), k == 0 ? 0.6 : 0.2);
+  return {x, where(drop, -100, y)};
+}
+
+bool same_bits(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].nbytes() != b[i].nbytes() || std::memcmp(a[i].data_ptr(), b[i].data_ptr(), size_t(a[i].nbytes())) != 0)
+      return false;
+  return true;
+}
+
+double max_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, max(abs(sub(a[i], b[i]))).item<double>());
+  return m;
+}
+
+struct Exactness : ::testing::TestWithParam<std::tuple<bool, bool, int64_t>> {};  // masked, overlap, bucket bytes
+
+TEST_P(Exactness, TwoRanksEqualOneProcessAccumulatingBitForBit) {
+  const auto [masked, overlap, bucket] = GetParam();
+  constexpr int kSteps = 50;
+  Net ddp_net(uint64_t(7 + R()), masked);  // rank 1's init differs until the broadcast
+  dist::DataParallel ddp(*ddp_net.model, {.first_bucket_bytes = bucket, .bucket_bytes = bucket * 4,
+                                          .overlap = overlap});
+  if (bucket < 1024) {
+    EXPECT_GT(ddp.bucket_sizes().size(), 2u);
+  }
+  auto hooks = dist::trainer_hooks(ddp);
+  Net accumulated(7, masked), combined(7, masked);
+  for (int s = 0; s < kSteps; ++s) {
+    data::Batch b0 = micro_batch(s, 0, masked), b1 = micro_batch(s, 1, masked);
+    std::vector<data::Batch> mine = {R() == 0 ? b0 : b1};
+    train::StepResult r = ddp_net.task->accumulation_step(mine, hooks.get());
+    std::vector<data::Batch> both = {b0, b1};
+    train::StepResult a = accumulated.task->accumulation_step(both, nullptr);
+    EXPECT_EQ(r.count, a.count);
+    EXPECT_NEAR(r.loss, a.loss, 1e-6);
+    data::Batch all{cat({b0.input, b1.input}, 0), cat({b0.target, b1.target}, 0)};
+    combined.task->training_step(all);
+  }
+  EXPECT_TRUE(same_bits(ddp_net.weights(), accumulated.weights()))
+      << "rank " << R() << ": max difference " << max_diff(ddp_net.weights(), accumulated.weights());
+  EXPECT_LE(max_diff(ddp_net.weights(), combined.weights()), 1e-5);
+  // Every rank holds the same parameters.
+  for (Tensor w : ddp_net.weights()) {
+    Tensor other = w.clone();
+    dist::broadcast(other, 0);
+    EXPECT_TRUE(same_bits({w}, {other}));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dist, Exactness,
+                         ::testing::Values(std::make_tuple(false, true, int64_t(1) << 20),
+                                           std::make_tuple(true, true, int64_t(1) << 20),
+                                           std::make_tuple(false, true, int64_t(256)),
+                                           std::make_tuple(true, false, int64_t(256))));
+
+TEST(DataParallel, MeanReduceIsPyTorchsDdpAndNoSyncAccumulates) {
+  // Each rank's own mean loss, gradients averaged (ReduceOp::Mean): with equal
+  // halves, one process's mean over the combined batch.
+  Net net(uint64_t(3 + R()), false), ref(3, false);
+  dist::DataParallel ddp(*net.model, {.first_bucket_bytes = 512, .bucket_bytes = 2048});
+  for (int s = 0; s < 5; ++s) {
+    Generator g(uint64_t(50 + s));
+    Tensor x = randn({8, 6}, g);
+    Tensor y = randint(0, 3, {8}, g);
+    Tensor xs = narrow(x, 0, 4 * R(), 4), ys = narrow(y, 0, 4 * R(), 4);
+    // Two halves of the rank's share: no_sync for the first, synced for the second.
+    {
+      auto guard = ddp.no_sync();
+      mul(cross_entropy(net.model(narrow(xs, 0, 0, 2)), narrow(ys, 0, 0, 2)), 0.5).backward();
+    }
+    mul(cross_entropy(net.model(narrow(xs, 0, 2, 2)), narrow(ys, 0, 2, 2)), 0.5).backward();
+    ddp.synchronize();  // already done by the last bucket's hook: a no-op
+    net.opt->step();
+    net.opt->zero_grad();
+    ref.task->training_step({x, y});
+  }
+  EXPECT_LE(max_diff(net.weights(), ref.weights()), 1e-5);
+}
+
+TEST(DataParallel, UnusedParametersCountAsZero) {
+  Net net(uint64_t(11 + R()), false);
+  dist::DataParallel ddp(*net.model, {.first_bucket_bytes = 64, .bucket_bytes = 64});
+  // Rank 1 uses only the last layer's bias, rank 0 everything.
+  Tensor x = ones({2, 6});
+  Tensor last_bias;
+  for (const auto& p : net.model->parameters()) last_bias = p.value();
+  Tensor loss = R() == 0 ? sum(net.model(x)) : sum(last_bias);
+  loss.backward();
+  ddp.synchronize();
+  for (const auto& p : net.model->parameters()) {
+    Tensor g = p.grad();
+    ASSERT_TRUE(g.defined());
+    Tensor other = g.clone();
+    dist::broadcast(other, 0);
+    EXPECT_TRUE(same_bits({g}, {other}));
+  }
+}
+
+TEST(DataParallel, Errors) {
+  Rngs rngs{{"params", 0}};
+  auto bf = nn::make<nn::Linear>(2, 2, nn::Init(rngs));
+  bf->to(kBF16);
+  EXPECT_THROW({ dist::DataParallel d(*bf); }, Error);
+  auto lin = nn::make<nn::Linear>(2, 2, nn::Init(rngs));
+  EXPECT_THROW({ dist::DataParallel d(*lin, {.bucket_bytes = 0}); }, Error);
+  EXPECT_THROW({ dist::DataParallel d(*lin, {.reduce = dist::ReduceOp::Max}); }, Error);
+}
+
+// ---- Trainer under DataParallel, sharded data, resume at another world size ----
+
+// Records each step's loss; rank 0 saves the whole run at step `save_at`.
+struct Recorder : train::Callback {
+  Recorder(std::string path, int64_t save_at) : path(std::move(path)), save_at(save_at) {}
+  void on_step_end(train::Trainer& t, const train::StepResult& r) override {
+    losses.push_back(r.loss);
+    if (t.progress().global_step == save_at && t.rank() == 0) t.checkpoint().save(path);
+  }
+  std::string path;
+  int64_t save_at;
+  std::vector<double> losses;
+};
+
+std::shared_ptr<data::TensorDataset> blobs(int64_t n) {
+  Generator g(21);
+  Tensor x = randn({n, 6}, g);
+  Tensor y = argmax(narrow(x, 1, 0, 3), 1);
+  return std::make_shared<data::TensorDataset>(x, y);
+}
+
+TEST(TrainerDataParallel, ResumeAtWorldOneFromATwoRankCheckpointKeepsTheLosses) {
+  auto set = blobs(37);  // 37 = 4 * 8 + 5: each epoch ends with a short global batch
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kiln_dist_resume_" + std::to_string(::getppid()) + ".safetensors")).string();
+  constexpr int64_t kSaveAt = 7;
+  std::vector<double> two_rank;
+  {
+    Net net(uint64_t(5 + R()), false);
+    dist::DataParallel ddp(*net.model);
+    data::DataLoader loader(set, {.batch_size = 4, .seed = 2, .rank = R(), .world_size = W()});
+    auto rec = std::make_shared<Recorder>(path, kSaveAt);
+    std::ostringstream out;
+    train::Trainer trainer(3, {rec}, {.out = &out, .distributed = dist::trainer_hooks(ddp)});
+    trainer.fit(*net.task, loader);
+    EXPECT_EQ(trainer.progress().global_step, 15);  // 5 global batches of 8 an epoch
+    if (R() == 1) {
+      EXPECT_TRUE(out.str().empty()) << out.str();  // only rank 0 prints
+    }
+    two_rank = rec->losses;
+  }
+  dist::barrier();  // the checkpoint is written
+  if (R() == 0) {
+    // One process, batch 8 = 2 ranks x 4, no DataParallel: the same global batches.
+    Net net(99, false);
+    data::DataLoader loader(set, {.batch_size = 8, .seed = 2});
+    auto rec = std::make_shared<Recorder>("", -1);
+    std::ostringstream out;
+    train::Trainer trainer(3, {rec}, {.out = &out});
+    trainer.fit(*net.task, loader, path);
+    ASSERT_EQ(rec->losses.size(), two_rank.size() - size_t(kSaveAt));
+    for (size_t i = 0; i < rec->losses.size(); ++i)
+      EXPECT_NEAR(rec->losses[i], two_rank[size_t(kSaveAt) + i], 1e-6) << "step " << kSaveAt + 1 + int64_t(i);
+    std::filesystem::remove(path);
+  }
+  dist::barrier();
+}
+
+}  // namespace
+}  // namespace kiln
+
+int main(int argc, char** argv) {
+  kiln::dist::init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  // Only rank 0 prints googletest's progress; every rank's failures still print.
+  if (kiln::dist::rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rc = RUN_ALL_TESTS();
+  // Any rank's failure fails every rank's exit code.
+  int failed = rc != 0;
+  kiln::Tensor f = kiln::tensor(std::vector<int32_t>{failed});
+  kiln::dist::all_reduce(f, kiln::dist::ReduceOp::Max);
+  kiln::dist::finalize();
+  return f.to_vector<int32_t>()[0];
+}
