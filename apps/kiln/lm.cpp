@@ -440,7 +440,8 @@ LmResult train_lm(const LmOptions& o) {
   // forwards replace the layers' stats, and before the logger that writes them.
   auto moe_telemetry = std::make_shared<train::MoETelemetry>(moe_layers);
   std::vector<std::string> csv_keys = {"train/loss", "val/loss"};
-  for (const std::string& k : moe_telemetry->columns()) csv_keys.push_back(k);
+  if (!moe_layers.empty())  // a dense model's metrics.csv keeps its columns
+    for (const std::string& k : moe_telemetry->columns()) csv_keys.push_back(k);
   std::vector<std::shared_ptr<train::Callback>> callbacks = {
       std::make_shared<train::StopOnSignal>(),  // first: a signal stops the run after the step
       std::make_shared<train::LRSchedulerCallback>(schedule),

@@ -73,6 +73,7 @@ TEST(LmJob, SmokeLearnsLogsAndLoads) {
   std::string header;
   std::getline(csv, header);
   EXPECT_NE(header.find("train/loss,val/loss"), std::string::npos) << header;
+  EXPECT_EQ(header.find("moe/"), std::string::npos) << header;  // the routing columns only with experts
   std::string text = log.str();
   EXPECT_NE(text.find("validation: loss"), std::string::npos) << text;
   EXPECT_NE(text.find("validation train: loss"), std::string::npos) << text;
