@@ -19,22 +19,6 @@
 namespace kiln::app {
 namespace {
 
-// The first `bytes` of the corpus, or a repetitive text of that length.
-std::string corpus_slice(const std::string& dir, size_t bytes) {
-  std::string text;
-  std::ifstream in(std::string(KILN_SHARED_DATA_DIR) + "/tinyshakespeare.txt", std::ios::binary);
-  if (in.good()) {
-    std::ostringstream s;
-    s << in.rdbuf();
-    text = s.str().substr(0, bytes);
-  }
-  for (int i = 0; text.size() < bytes; ++i) text += "First Citizen:\nBefore we proceed any further, hear me speak.\n\n";
-  text.resize(bytes);
-  const std::string path = dir + "/slice.txt";
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
-
 // A model of a few thousand parameters: steps take a millisecond.
 LmOptions tiny(const std::string& data, const std::string& out, std::ostream* log) {
   return {.data = data,
@@ -57,7 +41,7 @@ LmOptions tiny(const std::string& data, const std::string& out, std::ostream* lo
 
 TEST(LmJob, SmokeLearnsLogsAndLoads) {
   std::string dir = kiln::testing::fresh_dir();
-  std::string data = corpus_slice(dir, 20000);
+  std::string data = testing::corpus_slice(dir, 20000);
   std::ostringstream log;
   LmOptions o = tiny(data, dir + "/run", &log);
   o.iters = 60;
@@ -101,7 +85,7 @@ TEST(LmJob, SmokeLearnsLogsAndLoads) {
 // parameters bit for bit (batches, scheduler, AdamW moments, the estimates).
 TEST(LmJob, ResumeIsExact) {
   std::string dir = kiln::testing::fresh_dir();
-  std::string data = corpus_slice(dir, 8000);
+  std::string data = testing::corpus_slice(dir, 8000);
   std::ostringstream log;
   LmOptions whole = tiny(data, dir + "/whole", &log);
   whole.dropout = 0.1;  // the dropout stream resumes too
@@ -132,7 +116,7 @@ TEST(LmJob, ResumeIsExact) {
 TEST(LmJob, Errors) {
   std::string dir = kiln::testing::fresh_dir();
   std::ostringstream log;
-  std::string data = corpus_slice(dir, 4000);
+  std::string data = testing::corpus_slice(dir, 4000);
   LmOptions o = tiny(data, dir + "/run", &log);
   auto with = [&](auto edit) {
     LmOptions c = o;

@@ -15,21 +15,6 @@
 namespace kiln::app {
 namespace {
 
-std::string text_file(const std::string& dir, size_t bytes) {
-  std::string text;
-  std::ifstream in(std::string(KILN_SHARED_DATA_DIR) + "/tinyshakespeare.txt", std::ios::binary);
-  if (in.good()) {
-    std::ostringstream s;
-    s << in.rdbuf();
-    text = s.str().substr(0, bytes);
-  }
-  for (int i = 0; text.size() < bytes; ++i) text += "First Citizen:\nBefore we proceed any further, hear me speak.\n\n";
-  text.resize(bytes);
-  const std::string path = dir + "/slice.txt";
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
-
 LmOptions tiny_moe(const std::string& data, const std::string& out, std::ostream* log) {
   return {.data = data,
           .n_layer = 1,
@@ -54,7 +39,7 @@ LmOptions tiny_moe(const std::string& data, const std::string& out, std::ostream
 
 TEST(MoELmJob, LearnsAndLogsTheTelemetry) {
   std::string dir = kiln::testing::fresh_dir();
-  std::string data = text_file(dir, 20000);
+  std::string data = testing::corpus_slice(dir, 20000);
   std::ostringstream log;
   LmOptions o = tiny_moe(data, dir + "/run", &log);
   o.iters = 60;
@@ -80,7 +65,7 @@ TEST(MoELmJob, LearnsAndLogsTheTelemetry) {
 
 TEST(MoELmJob, ResumeIsExact) {
   std::string dir = kiln::testing::fresh_dir();
-  std::string data = text_file(dir, 8000);
+  std::string data = testing::corpus_slice(dir, 8000);
   std::ostringstream log;
   LmOptions whole = tiny_moe(data, dir + "/whole", &log);
   LmResult a = train_lm(whole);
