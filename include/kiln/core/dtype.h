@@ -79,17 +79,4 @@ decltype(auto) dispatch(DType t, Fn&& fn) {
   __builtin_unreachable();
 }
 
-/// dispatch over the floating dtypes only (bf16, f32, f64): fn is
-/// instantiated for those alone and not called for any other dtype (ops
-/// check dtypes before they reach a kernel).
-template <class Fn>
-void dispatch_floating(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::bf16: fn(type_tag<bfloat16>{}); return;
-    case DType::f32: fn(type_tag<float>{}); return;
-    case DType::f64: fn(type_tag<double>{}); return;
-    default: return;
-  }
-}
-
 }  // namespace kiln
