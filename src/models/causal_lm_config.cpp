@@ -146,38 +146,27 @@ CausalLMConfig CausalLMConfig::from_json(std::string_view text) {
     // Not a structured binding: clang 14 (the fuzz build) cannot capture one in the lambdas below.
     const std::string& key = item.key();
     const nlohmann::json& v = item.value();
-    auto integer = [&](int64_t& out) {
-      KILN_CHECK(v.is_number_integer(), kLm, "config field '{}' must be an integer, got {}", key, io::detail::brief(v));
-      out = v.get<int64_t>();
-    };
-    auto number = [&](double& out) {
-      KILN_CHECK(v.is_number(), kLm, "config field '{}' must be a number, got {}", key, io::detail::brief(v));
-      out = v.get<double>();
-    };
-    auto boolean = [&](bool& out) {
-      KILN_CHECK(v.is_boolean(), kLm, "config field '{}' must be true or false, got {}", key, io::detail::brief(v));
-      out = v.get<bool>();
-    };
-    if (key == "vocab_size") integer(c.vocab_size);
-    else if (key == "block_size") integer(c.block_size);
-    else if (key == "n_layer") integer(c.n_layer);
-    else if (key == "n_head") integer(c.n_head);
-    else if (key == "n_embd") integer(c.n_embd);
-    else if (key == "dropout") number(c.dropout);
-    else if (key == "bias") boolean(c.bias);
-    else if (key == "norm_eps") number(c.norm_eps);
-    else if (key == "learned_positions") boolean(c.learned_positions);
-    else if (key == "rotary") boolean(c.rotary);
-    else if (key == "rotary_base") number(c.rotary_base);
-    else if (key == "mlp_hidden") integer(c.mlp_hidden);
-    else if (key == "tie_weights") boolean(c.tie_weights);
-    else if (key == "moe_experts") integer(c.moe_experts);
-    else if (key == "moe_top_k") integer(c.moe_top_k);
-    else if (key == "moe_hidden") integer(c.moe_hidden);
-    else if (key == "moe_renormalize") boolean(c.moe_renormalize);
-    else if (key == "moe_aux_coef") number(c.moe_aux_coef);
-    else if (key == "moe_z_coef") number(c.moe_z_coef);
-    else if (key == "moe_bias_rate") number(c.moe_bias_rate);
+    auto read = [&](auto& out) { io::detail::read_config_field(kLm, key, v, out); };
+    if (key == "vocab_size") read(c.vocab_size);
+    else if (key == "block_size") read(c.block_size);
+    else if (key == "n_layer") read(c.n_layer);
+    else if (key == "n_head") read(c.n_head);
+    else if (key == "n_embd") read(c.n_embd);
+    else if (key == "dropout") read(c.dropout);
+    else if (key == "bias") read(c.bias);
+    else if (key == "norm_eps") read(c.norm_eps);
+    else if (key == "learned_positions") read(c.learned_positions);
+    else if (key == "rotary") read(c.rotary);
+    else if (key == "rotary_base") read(c.rotary_base);
+    else if (key == "mlp_hidden") read(c.mlp_hidden);
+    else if (key == "tie_weights") read(c.tie_weights);
+    else if (key == "moe_experts") read(c.moe_experts);
+    else if (key == "moe_top_k") read(c.moe_top_k);
+    else if (key == "moe_hidden") read(c.moe_hidden);
+    else if (key == "moe_renormalize") read(c.moe_renormalize);
+    else if (key == "moe_aux_coef") read(c.moe_aux_coef);
+    else if (key == "moe_z_coef") read(c.moe_z_coef);
+    else if (key == "moe_bias_rate") read(c.moe_bias_rate);
     else if (key == "moe_balance") {
       const std::string s = v.is_string() ? v.get<std::string>() : std::string();
       const auto b = parse_moe_balance(s);

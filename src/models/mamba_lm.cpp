@@ -74,28 +74,20 @@ MambaConfig MambaConfig::from_json(std::string_view text) {
   for (const auto& item : j.items()) {
     const std::string& key = item.key();
     const nlohmann::json& v = item.value();
-    auto integer = [&](int64_t& out) {
-      KILN_CHECK(v.is_number_integer(), kCfg, "config field '{}' must be an integer, got {}", key,
-                 io::detail::brief(v));
-      out = v.get<int64_t>();
-    };
-    auto number = [&](double& out) {
-      KILN_CHECK(v.is_number(), kCfg, "config field '{}' must be a number, got {}", key, io::detail::brief(v));
-      out = v.get<double>();
-    };
+    auto read = [&](auto& out) { io::detail::read_config_field(kCfg, key, v, out); };
     if (key == "arch") {
       KILN_CHECK(v.is_string() && v.get<std::string>() == "mamba3", kCfg, "config field 'arch' must be \"mamba3\"");
-    } else if (key == "d_model") integer(c.d_model);
-    else if (key == "n_layer") integer(c.n_layer);
-    else if (key == "vocab_size") integer(c.vocab_size);
-    else if (key == "norm_eps") number(c.norm_eps);
-    else if (key == "d_state") integer(c.d_state);
-    else if (key == "expand") integer(c.expand);
-    else if (key == "headdim") integer(c.headdim);
-    else if (key == "rope_fraction") number(c.rope_fraction);
-    else if (key == "dt_min") number(c.dt_min);
-    else if (key == "dt_max") number(c.dt_max);
-    else if (key == "chunk_size") integer(c.chunk_size);
+    } else if (key == "d_model") read(c.d_model);
+    else if (key == "n_layer") read(c.n_layer);
+    else if (key == "vocab_size") read(c.vocab_size);
+    else if (key == "norm_eps") read(c.norm_eps);
+    else if (key == "d_state") read(c.d_state);
+    else if (key == "expand") read(c.expand);
+    else if (key == "headdim") read(c.headdim);
+    else if (key == "rope_fraction") read(c.rope_fraction);
+    else if (key == "dt_min") read(c.dt_min);
+    else if (key == "dt_max") read(c.dt_max);
+    else if (key == "chunk_size") read(c.chunk_size);
     else KILN_FAIL(kCfg, "unknown config field '{}'", key);
   }
   c.validate();

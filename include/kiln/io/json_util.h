@@ -1,6 +1,7 @@
 // JSON helpers of kiln's file formats (checkpoints, the tokenizers' and model
-// configs' JSON): a value quoted briefly in an error message, and doubles that
-// may be infinite or NaN. Needs nlohmann_json; not in kiln.h.
+// configs' JSON): a value quoted briefly in an error message, doubles that
+// may be infinite or NaN, and a config field read into its typed member.
+// Needs nlohmann_json; not in kiln.h.
 #pragma once
 
 #include <fmt/format.h>
@@ -9,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+
+#include "kiln/core/error.h"
 
 namespace kiln::io::detail {
 
@@ -50,6 +53,22 @@ inline std::string brief(const nlohmann::json& j) {
                                                                              nlohmann::json::error_handler_t::replace) +
            "...";
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+/// One field of a config object (a model's config.json) read into its typed
+/// member: the JSON kind must match the member's type, else a kiln::Error
+/// naming `owner` and the field, with the value quoted briefly.
+inline void read_config_field(const char* owner, const std::string& key, const nlohmann::json& v, int64_t& out) {
+  KILN_CHECK(v.is_number_integer(), owner, "config field '{}' must be an integer, got {}", key, brief(v));
+  out = v.get<int64_t>();
+}
+inline void read_config_field(const char* owner, const std::string& key, const nlohmann::json& v, double& out) {
+  KILN_CHECK(v.is_number(), owner, "config field '{}' must be a number, got {}", key, brief(v));
+  out = v.get<double>();
+}
+inline void read_config_field(const char* owner, const std::string& key, const nlohmann::json& v, bool& out) {
+  KILN_CHECK(v.is_boolean(), owner, "config field '{}' must be true or false, got {}", key, brief(v));
+  out = v.get<bool>();
 }
 
 }  // namespace kiln::io::detail
