@@ -10,40 +10,21 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/kiln/lm.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/ops/reduce.h"
+#include "tests/apps/lm_testing.h"
 #include "tests/support/apps_testing.h"
 
 namespace kiln::app {
 namespace {
 
-// A model of a few thousand parameters: steps take a millisecond.
-LmOptions tiny(const std::string& data, const std::string& out, std::ostream* log) {
-  return {.data = data,
-          .n_layer = 1,
-          .n_head = 2,
-          .n_embd = 32,
-          .block_size = 16,
-          .iters = 20,
-          .batch_size = 8,
-          .lr = 1e-2,
-          .min_lr = 1e-3,
-          .warmup = 2,
-          .eval_interval = 10,
-          .eval_iters = 4,
-          .seed = 3,
-          .out = out,
-          .log = log,
-          .tty = false};
-}
 
 TEST(LmJob, SmokeLearnsLogsAndLoads) {
   std::string dir = kiln::testing::fresh_dir();
   std::string data = testing::corpus_slice(dir, 20000);
   std::ostringstream log;
-  LmOptions o = tiny(data, dir + "/run", &log);
+  LmOptions o = tiny_lm(data, dir + "/run", &log);
   o.iters = 60;
   o.eval_interval = 30;
   LmResult r = train_lm(o);
@@ -87,7 +68,7 @@ TEST(LmJob, ResumeIsExact) {
   std::string dir = kiln::testing::fresh_dir();
   std::string data = testing::corpus_slice(dir, 8000);
   std::ostringstream log;
-  LmOptions whole = tiny(data, dir + "/whole", &log);
+  LmOptions whole = tiny_lm(data, dir + "/whole", &log);
   whole.dropout = 0.1;  // the dropout stream resumes too
   LmResult a = train_lm(whole);
 
@@ -117,7 +98,7 @@ TEST(LmJob, Errors) {
   std::string dir = kiln::testing::fresh_dir();
   std::ostringstream log;
   std::string data = testing::corpus_slice(dir, 4000);
-  LmOptions o = tiny(data, dir + "/run", &log);
+  LmOptions o = tiny_lm(data, dir + "/run", &log);
   auto with = [&](auto edit) {
     LmOptions c = o;
     edit(c);

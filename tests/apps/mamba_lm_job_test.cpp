@@ -10,33 +10,20 @@
 #include <sstream>
 
 #include "apps/kiln/generate.h"
-#include "apps/kiln/lm.h"
 #include "kiln/io/checkpoint.h"
+#include "tests/apps/lm_testing.h"
 #include "tests/support/apps_testing.h"
 
 namespace kiln::app {
 namespace {
 
 LmOptions tiny_mamba(const std::string& data, const std::string& out, std::ostream* log) {
-  LmOptions o{.data = data,
-              .tokenizer = "byte",
-              .n_layer = 1,
-              .n_embd = 16,
-              .block_size = 16,
-              .arch = "mamba3",
-              .d_state = 16,
-              .headdim = 8,
-              .iters = 20,
-              .batch_size = 8,
-              .lr = 1e-2,
-              .min_lr = 1e-3,
-              .warmup = 2,
-              .eval_interval = 10,
-              .eval_iters = 4,
-              .seed = 3,
-              .out = out,
-              .log = log,
-              .tty = false};
+  LmOptions o = tiny_lm(data, out, log);
+  o.tokenizer = "byte";
+  o.n_embd = 16;
+  o.arch = "mamba3";
+  o.d_state = 16;
+  o.headdim = 8;
   return o;
 }
 

@@ -8,33 +8,19 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/kiln/lm.h"
 #include "kiln/io/checkpoint.h"
+#include "tests/apps/lm_testing.h"
 #include "tests/support/apps_testing.h"
 
 namespace kiln::app {
 namespace {
 
 LmOptions tiny_moe(const std::string& data, const std::string& out, std::ostream* log) {
-  return {.data = data,
-          .n_layer = 1,
-          .n_head = 2,
-          .n_embd = 32,
-          .block_size = 16,
-          .moe_experts = 4,
-          .moe_top_k = 2,
-          .moe_balance = "bias",
-          .iters = 20,
-          .batch_size = 8,
-          .lr = 1e-2,
-          .min_lr = 1e-3,
-          .warmup = 2,
-          .eval_interval = 10,
-          .eval_iters = 4,
-          .seed = 3,
-          .out = out,
-          .log = log,
-          .tty = false};
+  LmOptions o = tiny_lm(data, out, log);
+  o.moe_experts = 4;
+  o.moe_top_k = 2;
+  o.moe_balance = "bias";
+  return o;
 }
 
 TEST(MoELmJob, LearnsAndLogsTheTelemetry) {
