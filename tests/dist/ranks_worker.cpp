@@ -176,7 +176,8 @@ INSTANTIATE_TEST_SUITE_P(Dist, Exactness,
                          ::testing::Values(std::make_tuple(false, true, int64_t(1) << 20),
                                            std::make_tuple(true, true, int64_t(1) << 20),
                                            std::make_tuple(false, true, int64_t(256)),
-                                           std::make_tuple(true, false, int64_t(256))));
+                                           std::make_tuple(true, false, int64_t(256)),
+                                           std::make_tuple(false, false, int64_t(1) << 20)));
 
 TEST(DataParallel, MeanReduceIsPyTorchsDdpAndNoSyncAccumulates) {
   // Each rank's own mean loss, gradients averaged (ReduceOp::Mean): with equal
@@ -218,6 +219,47 @@ TEST(DataParallel, UnusedParametersCountAsZero) {
     Tensor other = g.clone();
     dist::broadcast(other, 0);
     EXPECT_TRUE(same_bits({g}, {other}));
+  }
+}
+
+TEST(DataParallel, GradientsAreViewsOfTheBucketBuffers) {
+  Net net(uint64_t(13 + R()), false);
+  for (bool overlap : {true, false}) {
+    dist::DataParallel ddp(*net.model, {.overlap = overlap});
+    ASSERT_EQ(ddp.bucket_sizes().size(), 1u);  // 1 MiB holds the whole net
+    Tensor x = full({2, 6}, double(R() + 1));
+    sum(net.model(x)).backward();
+    ddp.synchronize();
+    // In reverse registration order, each gradient's slot follows the
+    // previous one's at the next 64-byte boundary: one buffer, reduced in place.
+    std::vector<Tensor> grads;
+    for (const auto& p : net.model->parameters()) grads.insert(grads.begin(), p.grad());
+    const char* next = nullptr;
+    for (const Tensor& g : grads) {
+      const auto* at = static_cast<const char*>(g.data_ptr());
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(at) % 64, 0u);
+      if (next) {
+        EXPECT_EQ(at, next);
+      }
+      next = at + (g.nbytes() + 63) / 64 * 64;
+    }
+    // They hold the sums: every rank's are the same.
+    for (const Tensor& g : grads) {
+      Tensor other = g.clone();
+      dist::broadcast(other, 0);
+      EXPECT_TRUE(same_bits({g}, {other})) << (overlap ? "thread" : "hooks");
+    }
+    // A second step on the same views: zero_grad(set_to_none = false) keeps
+    // them, backward accumulates onto zeros, the sums are the same again.
+    std::vector<Tensor> first;
+    for (const Tensor& g : grads) first.push_back(g.clone());
+    net.opt->zero_grad(false);
+    sum(net.model(x)).backward();
+    ddp.synchronize();
+    std::vector<Tensor> again;
+    for (const auto& p : net.model->parameters()) again.insert(again.begin(), p.grad());
+    EXPECT_TRUE(same_bits(first, again)) << (overlap ? "thread" : "hooks");
+    net.opt->zero_grad();
   }
 }
 
