@@ -14,12 +14,16 @@
 // reduces the buckets from the training thread (MPI_Iallreduce progressed by
 // the gradient hooks, DataParallelOptions::overlap = false) instead of a
 // communication thread (metrics "_no_thread"). Rank 0 prints one
-// JSON line per figure, as kiln_bench does: throughput over every rank, and
-// the seconds a step waited for communication that backward did not hide.
+// JSON line per figure, as kiln_bench does: throughput over every rank, the
+// seconds a step waited for communication that backward did not hide, and
+// the CPU seconds a step cost over every rank ("cpu"). Run without mpirun
+// and KILN_NUM_THREADS=2 it is the 1 process x 2 threads reference (a world
+// of one: DataParallel reduces nothing).
 // allreduce: time of one all-reduce of 4 KiB .. 64 MiB f32 (median of 9), the
 // scaling model's input (docs/distributed.md).
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -32,6 +36,13 @@
 using namespace kiln;
 
 namespace {
+
+// CPU seconds of this process (every thread), for the cpu metric.
+double cpu_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -55,12 +66,19 @@ void time_steps(const std::string& bench, const std::string& variant, int steps,
   for (int i = 0; i < 3; ++i) step();
   dist::barrier();
   double waited = 0;
-  const double t0 = now();
+  const double t0 = now(), c0 = cpu_now();
   for (int i = 0; i < steps; ++i) waited += step();
+  Tensor cpu = tensor(std::vector<double>{cpu_now() - c0});
   dist::barrier();
   const double sec = (now() - t0) / steps;
+  dist::all_reduce(cpu);  // over the ranks
   emit(bench, "throughput" + variant, unit, items / sec);
   emit(bench, "comm_wait" + variant, "ms/step", waited / steps * 1e3);
+  // CPU time of a step summed over every rank's threads (compute, MPI's
+  // polling, the communication thread): on a busy machine, where wall time
+  // says little, the work a configuration costs; 2 x 1 against 1 x 2 here
+  // bounds the throughput ratio a quiet machine can give.
+  emit(bench, "cpu" + variant, "ms/step", cpu.to_vector<double>()[0] / steps * 1e3);
 }
 
 // The metric suffix of a variant.

@@ -279,8 +279,12 @@ DataParallel::DataParallel(nn::Module& module, DataParallelOptions options)
                "parameters must be f32 or f64 (MPI sums no bf16), got a {} parameter of shape {}", name(p.dtype()),
                to_string(p.shape()));
     if (m.where.count(p.impl())) continue;  // shared
-    if (m.buckets.empty() || m.buckets.back().dtype != p.dtype() ||
-        (bytes > 0 && bytes + p.nbytes() > cap)) {
+    // A bucket closes once it holds its cap (PyTorch's rule): a tensor larger
+    // than the rest of the cap still joins the bucket in progress, so a big
+    // tensor that backward finishes early (a CNN's first Linear, 1.6 MB) is
+    // reduced while the layers below it run their backward, instead of
+    // waiting in the next bucket for the last layer's gradients.
+    if (m.buckets.empty() || m.buckets.back().dtype != p.dtype() || bytes >= cap) {
       if (!m.buckets.empty()) cap = options_.bucket_bytes;
       m.buckets.push_back({});
       m.buckets.back().dtype = p.dtype();

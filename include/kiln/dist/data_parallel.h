@@ -15,8 +15,9 @@
 //
 // NOTE [Gradient buckets]: the parameters are grouped, in reverse
 // registration order (about the order backward finishes them), into buckets
-// of at most `bucket_bytes` (the first one `first_bucket_bytes`, small, so
-// that communication starts early). Each bucket owns one flat buffer, and
+// that close once they hold `bucket_bytes` (the first `first_bucket_bytes`,
+// small, so that communication starts early; PyTorch's rule: the tensor that
+// crosses the cap is the bucket's last). Each bucket owns one flat buffer, and
 // each parameter's gradient is a view of its slot in it (PyTorch's
 // gradient_as_bucket_view): a post-accumulate-grad hook on each parameter
 // (kiln/autograd/hooks.h) copies the gradient backward produced into its
