@@ -263,6 +263,18 @@ TEST(DataParallel, GradientsAreViewsOfTheBucketBuffers) {
   }
 }
 
+TEST(DataParallel, BucketsCloseOnceTheyHoldTheirCap) {
+  // Reverse registration order: bias3 (3 floats, 12 B), weight3 (48 floats,
+  // 192 B), bias2 (64 B), weight2 (1 KiB), bias1 (64 B), weight1 (384 B).
+  // PyTorch's rule: the tensor that crosses the cap joins the bucket and
+  // closes it, so weight3, ready early, is reduced with bias3.
+  Net net(uint64_t(17 + R()), false);
+  dist::DataParallel ddp(*net.model, {.first_bucket_bytes = 64, .bucket_bytes = 1024});
+  EXPECT_EQ(ddp.bucket_sizes(), (std::vector<int64_t>{2, 2, 2}));
+  dist::DataParallel one(*net.model, {.first_bucket_bytes = int64_t(1) << 20});
+  EXPECT_EQ(one.bucket_sizes(), (std::vector<int64_t>{6}));
+}
+
 TEST(DataParallel, Errors) {
   Rngs rngs{{"params", 0}};
   auto bf = nn::make<nn::Linear>(2, 2, nn::Init(rngs));
