@@ -38,10 +38,12 @@ void ddp_benches(std::vector<Bench>& out) {
   out.push_back({"ddp_cnn_b64", [](const std::string&) {
                    run_ranks("cnn");
                    run_ranks("cnn --single-bucket");
+                   run_ranks("cnn --no-thread");
                  }});
   out.push_back({"ddp_gpt_char", [](const std::string&) {
                    run_ranks("gpt");
                    run_ranks("gpt --single-bucket");
+                   run_ranks("gpt --no-thread");
                  }});
   out.push_back({"ddp_allreduce", [](const std::string&) { run_ranks("allreduce"); }});
 }

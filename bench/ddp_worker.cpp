@@ -2,21 +2,28 @@
 // bench/ddp_bench.cpp (kiln_bench ddp_cnn_b64 | ddp_gpt_char | ddp_allreduce)
 // or by hand:
 //
-//   mpirun -np 2 build-bench/bench/kiln_ddp_bench cnn  [--steps N] [--single-bucket]
-//   mpirun -np 2 build-bench/bench/kiln_ddp_bench gpt  [--steps N] [--single-bucket]
+//   mpirun -np 2 build-bench/bench/kiln_ddp_bench cnn  [--steps N] [--single-bucket] [--no-thread]
+//   mpirun -np 2 build-bench/bench/kiln_ddp_bench gpt  [--steps N] [--single-bucket] [--no-thread]
 //   mpirun -np 2 build-bench/bench/kiln_ddp_bench allreduce
 //
 // cnn: bench/train_cnn_bench.cpp's cnn_b64 (global batch 64: 32 a rank), Adam;
 // gpt: gpt_char (global batch 12 x 64 tokens: 6 sequences a rank), AdamW.
 // Each rank runs its own threads (KILN_NUM_THREADS, 1 for the 2 x 1
 // against 1 x 2 comparison). --single-bucket reduces everything in one
-// all-reduce after backward instead of bucketing during it. Rank 0 prints one
-// JSON line per figure, as kiln_bench does: throughput over every rank, and
-// the seconds a step waited for communication that backward did not hide.
+// all-reduce after backward instead of bucketing during it; --no-thread
+// reduces the buckets from the training thread (MPI_Iallreduce progressed by
+// the gradient hooks, DataParallelOptions::overlap = false) instead of a
+// communication thread (metrics "_no_thread"). Rank 0 prints one
+// JSON line per figure, as kiln_bench does: throughput over every rank, the
+// seconds a step waited for communication that backward did not hide, and
+// the CPU seconds a step cost over every rank ("cpu"). Run without mpirun
+// and KILN_NUM_THREADS=2 it is the 1 process x 2 threads reference (a world
+// of one: DataParallel reduces nothing).
 // allreduce: time of one all-reduce of 4 KiB .. 64 MiB f32 (median of 9), the
 // scaling model's input (docs/distributed.md).
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -29,6 +36,13 @@
 using namespace kiln;
 
 namespace {
+
+// CPU seconds of this process (every thread), for the cpu metric.
+double cpu_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -52,25 +66,38 @@ void time_steps(const std::string& bench, const std::string& variant, int steps,
   for (int i = 0; i < 3; ++i) step();
   dist::barrier();
   double waited = 0;
-  const double t0 = now();
+  const double t0 = now(), c0 = cpu_now();
   for (int i = 0; i < steps; ++i) waited += step();
+  Tensor cpu = tensor(std::vector<double>{cpu_now() - c0});
   dist::barrier();
   const double sec = (now() - t0) / steps;
+  dist::all_reduce(cpu);  // over the ranks
   emit(bench, "throughput" + variant, unit, items / sec);
   emit(bench, "comm_wait" + variant, "ms/step", waited / steps * 1e3);
+  // CPU time of a step summed over every rank's threads (compute, MPI's
+  // polling, the communication thread): on a busy machine, where wall time
+  // says little, the work a configuration costs; 2 x 1 against 1 x 2 here
+  // bounds the throughput ratio a quiet machine can give.
+  emit(bench, "cpu" + variant, "ms/step", cpu.to_vector<double>()[0] / steps * 1e3);
 }
 
-void cnn(int steps, bool single) {
+// The metric suffix of a variant.
+std::string variant(bool single, bool no_thread) {
+  return std::string(single ? "_single_bucket" : "") + (no_thread ? "_no_thread" : "");
+}
+
+void cnn(int steps, bool single, bool no_thread) {
   const int64_t global = 64, local = global / dist::world_size();
   Rngs rngs(0);
   nn::Sequential net = cnn_model(nn::Init(rngs));
   dist::DataParallelOptions o;
   if (single) o.first_bucket_bytes = o.bucket_bytes = int64_t(1) << 40;
+  o.overlap = !no_thread;
   dist::DataParallel ddp(net, o);
   optim::Adam opt(net.parameters(), {.lr = 1e-3});
   Generator gen(uint64_t(1 + dist::rank()));
   Tensor x = randn({local, 1, 28, 28}, gen), y = randint(0, 10, {local}, gen);
-  time_steps("ddp_cnn_b64", single ? "_single_bucket" : "", steps, double(global), "samples/s", [&] {
+  time_steps("ddp_cnn_b64", variant(single, no_thread), steps, double(global), "samples/s", [&] {
     cross_entropy(net.forward(x), y).backward();
     ddp.synchronize();
     opt.step();
@@ -79,18 +106,19 @@ void cnn(int steps, bool single) {
   });
 }
 
-void gpt(int steps, bool single) {
+void gpt(int steps, bool single, bool no_thread) {
   const int64_t global = 12, local = global / dist::world_size(), T = 64;
   Rngs rngs(0);
   models::GPTConfig cfg{};
   models::GPT model(cfg, rngs);
   dist::DataParallelOptions o;
   if (single) o.first_bucket_bytes = o.bucket_bytes = int64_t(1) << 40;
+  o.overlap = !no_thread;
   dist::DataParallel ddp(model, o);
   optim::AdamW opt(model.parameters(), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1});
   Generator gen(uint64_t(1 + dist::rank()));
   Tensor idx = randint(0, cfg.vocab_size, {local, T}, gen), tgt = randint(0, cfg.vocab_size, {local, T}, gen);
-  time_steps("ddp_gpt_char", single ? "_single_bucket" : "", steps, double(global * T), "tokens/s", [&] {
+  time_steps("ddp_gpt_char", variant(single, no_thread), steps, double(global * T), "tokens/s", [&] {
     model.loss(idx, tgt).backward();
     ddp.synchronize();
     opt.step();
@@ -120,17 +148,18 @@ int main(int argc, char** argv) {
   dist::init(&argc, &argv);
   const std::string mode = argc > 1 ? argv[1] : "";
   int steps = mode == "gpt" ? 20 : 10;
-  bool single = false;
+  bool single = false, no_thread = false;
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--single-bucket")) single = true;
+    else if (!std::strcmp(argv[i], "--no-thread")) no_thread = true;
   }
   try {
-    if (mode == "cnn") cnn(steps, single);
-    else if (mode == "gpt") gpt(steps, single);
+    if (mode == "cnn") cnn(steps, single, no_thread);
+    else if (mode == "gpt") gpt(steps, single, no_thread);
     else if (mode == "allreduce") allreduce();
     else {
-      std::fprintf(stderr, "usage: mpirun -np N %s cnn|gpt|allreduce [--steps N] [--single-bucket]\n", argv[0]);
+      std::fprintf(stderr, "usage: mpirun -np N %s cnn|gpt|allreduce [--steps N] [--single-bucket] [--no-thread]\n", argv[0]);
       return 2;
     }
   } catch (const std::exception& e) {

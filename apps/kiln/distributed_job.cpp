@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "kiln/core/error.h"
@@ -62,6 +63,23 @@ void abort_other_ranks() {
 #if KILN_HAVE_DIST
   if (dist::is_initialized() && dist::world_size() > 1) dist::abort_run("the error above");
 #endif
+}
+
+int64_t JobDistribution::from_primary(int64_t value) const {
+  if (!active()) return value;
+#if KILN_HAVE_DIST
+  Tensor t = Tensor::empty({1}, kI64);
+  t.data<int64_t>()[0] = value;
+  dist::broadcast(t, 0);
+  return t.data<int64_t>()[0];
+#else
+  return value;
+#endif
+}
+
+int JobDistribution::local_size() const {
+  if (!active()) return 1;
+  return std::max(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("MPI_LOCALNRANKS", world_)));
 }
 
 std::string JobDistribution::describe() const { return active() ? fmt::format(" · {} ranks", world_) : ""; }

@@ -35,6 +35,12 @@ class JobDistribution {
   /// Wraps the model (rank 0's weights broadcast, gradients summed in
   /// buckets during backward); returns the Trainer's hooks (null when not active).
   std::shared_ptr<train::DistributedHooks> wrap(nn::Module& model);
+  /// Rank 0's value on every rank (value itself in a world of one): what rank
+  /// 0 alone decided, such as --memory-budget's batch.
+  int64_t from_primary(int64_t value) const;
+  /// The ranks on this machine (OpenMPI's OMPI_COMM_WORLD_LOCAL_SIZE; 1 when
+  /// not active), which share its memory.
+  int local_size() const;
   /// "" or " · 2 ranks" for the job's first line.
   std::string describe() const;
 

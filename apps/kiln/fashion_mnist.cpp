@@ -93,7 +93,6 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
 
   Rngs rngs{{"params", o.seed}, {"dropout", o.seed + 1}};
   nn::Shared<nn::Sequential> model = o.model == "cnn" ? models::image_cnn(rngs) : models::image_mlp(rngs);
-  std::shared_ptr<train::DistributedHooks> sync = ranks.wrap(*model);  // rank 0's weights, summed gradients
   optim::AdamW opt(model->parameters(), {.lr = o.lr, .weight_decay = o.weight_decay});
   // --compile: the training step is recorded once and replayed (docs/compile.md);
   // results and checkpoints are the eager step's, so a run may resume either way.
@@ -103,22 +102,21 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
                                                 : std::make_unique<train::Task>(model, opt, &rngs);
 
   // --memory-budget: the largest batch whose peak fits, from three probe
-  // steps that leave the model as it was; a resumed run keeps its batch.
+  // steps that leave the model as it was (rank 0 probes, before the model is
+  // wrapped; the budget is each process'); a resumed run keeps its batch.
   int64_t wanted_batch = o.batch_size;
   if (!o.memory_budget.empty()) {
     const int64_t budget = parse_memory_budget(kOp, o.memory_budget);
-    KILN_CHECK(!ranks.active(), kOp, "--memory-budget picks one process's batch; give --batch-size under mpirun");
     if (run.resuming() && run.saved_config().contains("batch_size")) {
       wanted_batch = run.saved_config()["batch_size"].get<int64_t>();
       fmt::print(log, "--memory-budget: resuming with the run's batch {}\n", wanted_batch);
     } else {
-      train::MemoryFit fit = train::fit_to_memory(*task, *train_set, budget, {.max_batch = train_set->size()});
-      wanted_batch = fit.batch;
-      fmt::print(log, "--memory-budget {} MiB: batch {} (predicted peak {:.1f} MiB, measured {:.1f} MiB; {:.1f} KiB per image)\n",
-                 fit.budget_bytes >> 20, fit.batch, fit.predicted_peak_bytes / 1048576.0,
-                 fit.measured_peak_bytes / 1048576.0, fit.bytes_per_item / 1024.0);
+      wanted_batch = fit_batch_to_memory(kOp, ranks, *task, *train_set, budget,
+                                         {.max_batch = std::max<int64_t>(1, train_set->size() / ranks.world_size())},
+                                         log, "image");
     }
   }
+  std::shared_ptr<train::DistributedHooks> sync = ranks.wrap(*model);  // rank 0's weights, summed gradients
   // Batch buffers hold what a batch can: never more rows than the split has.
   const int64_t batch_size = std::min(wanted_batch, train_set->size());
   if (o.memory_budget.empty() && batch_size < o.batch_size)
@@ -127,9 +125,12 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   // batch_size is the global batch: each rank gathers its share of it.
   data::DataLoader train_loader(train_set, {.batch_size = ranks.rank_batch(batch_size), .shuffle = true,
                                             .seed = o.seed, .rank = ranks.rank(), .world_size = ranks.world_size()});
+  // Under mpirun each rank tests its share of every batch; Validation sums
+  // the ranks' results (the whole test split's loss and accuracy).
   auto test_loader = std::make_shared<data::DataLoader>(
-      test_set, data::DataLoaderOptions{.batch_size = std::clamp<int64_t>(test_set->size(), 1, 500),
-                                        .shuffle = false, .prefetch = 1});
+      test_set, data::DataLoaderOptions{
+                    .batch_size = std::max<int64_t>(1, std::clamp<int64_t>(test_set->size(), 1, 500) / ranks.world_size()),
+                    .shuffle = false, .prefetch = 1, .rank = ranks.rank(), .world_size = ranks.world_size()});
 
   // The hyper-parameters of the run, compared on resume (--override records a change).
   json config = hyper_parameters(o, batch_size);

@@ -15,6 +15,7 @@
 #include "apps/kiln/distributed_job.h"
 #include "apps/kiln/job_run.h"
 #include "apps/kiln/job_support.h"
+#include "apps/kiln/memory_flag.h"
 #include "apps/kiln/resume_check.h"
 #include "apps/kiln/run_folder.h"
 #include "kiln/core/error.h"
@@ -246,8 +247,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-LmResult train_lm(const LmOptions& o) {
+LmResult train_lm(const LmOptions& options) {
   const auto start = std::chrono::steady_clock::now();
+  LmOptions o = options;  // batch_size may come from --memory-budget
   KILN_CHECK(!o.data.empty(), kOp, "--data FILE is required");
   KILN_CHECK(o.tokenizer == "char" || o.tokenizer == "byte" || o.tokenizer == "bpe", kOp,
              "--tokenizer must be char, byte or bpe, got '{}'", o.tokenizer);
@@ -366,6 +368,13 @@ LmResult train_lm(const LmOptions& o) {
       KILN_FAIL(kOp, "--arch mamba3 (--n-embd, --d-state, --headdim): {}", e.what());
     }
   }
+  // --memory-budget: the batch is picked below by probe steps; a resumed run
+  // keeps the batch it was trained with (its loader state counts its batches).
+  const int64_t memory_budget = o.memory_budget.empty() ? -1 : parse_memory_budget(kOp, o.memory_budget);
+  if (memory_budget >= 0 && !resume.empty()) {
+    o.batch_size = resumed["train"].value("batch_size", o.batch_size);
+    fmt::print(log, "--memory-budget: resuming with the run's batch {}\n", o.batch_size);
+  }
   const json mjson = mamba ? json::parse(mcfg.to_json()) : model_json(cfg);
   const json want = {{"model", mjson}, {"train", train_json(o, n)}};
   const json overrides = run.check_hyper_parameters(resume.empty() ? json::object() : hyper_parameters(resumed), hyper_parameters(want));
@@ -404,21 +413,33 @@ LmResult train_lm(const LmOptions& o) {
   std::vector<optim::ParamGroup> groups = {{matrices, {{"weight_decay", o.weight_decay}}}};
   if (!others.empty()) groups.push_back({others, {{"weight_decay", 0.0}}});
   optim::AdamW opt(groups, {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay});
-  std::shared_ptr<train::DistributedHooks> sync = ranks.wrap(*model);  // rank 0's weights, summed gradients
   LmTask task(*model, forward, loss_fn, opt, rngs, o.grad_clip);
+  // --memory-budget: the largest batch (sequences of --block-size tokens)
+  // whose peak fits, from three probe steps that leave the model, the
+  // optimizer and the generators as they were; rank 0 probes, before the
+  // model is wrapped, and every rank takes its choice.
+  if (memory_budget >= 0 && resume.empty()) {
+    auto probe_set = std::make_shared<RandomWindows>(train_split, 1024, train_seed);
+    o.batch_size = fit_batch_to_memory(kOp, ranks, task, *probe_set, memory_budget,
+                                       {.max_batch = kMaxBatchTokens / o.block_size}, log, "sequence");
+  }
+  std::shared_ptr<train::DistributedHooks> sync = ranks.wrap(*model);  // rank 0's weights, summed gradients
   auto schedule = std::make_shared<optim::LinearWarmupCosineScheduler>(optim::LinearWarmupCosineOptions{
       .target_lr = o.lr, .min_lr = o.min_lr, .warmup_steps = o.warmup, .total_steps = o.iters});
 
   // One epoch of `iters` batches; the estimates are fixed sets of eval_iters
   // batches, the same at every evaluation (less noise between evaluations
-  // than nanoGPT's fresh draws, the same expected value).
+  // than nanoGPT's fresh draws, the same expected value). Under mpirun each
+  // rank evaluates its share of every estimate batch and Validation sums the
+  // ranks' results: the estimates are one process's.
   data::DataLoader train_loader(std::make_shared<RandomWindows>(train_split, o.iters * o.batch_size, train_seed),
                                 {.batch_size = ranks.rank_batch(o.batch_size), .shuffle = false,
                                  .rank = ranks.rank(), .world_size = ranks.world_size()});
   auto eval_loader = [&](std::shared_ptr<const data::TokenDataset> split, uint64_t seed) {
     return std::make_shared<data::DataLoader>(
         std::make_shared<RandomWindows>(std::move(split), o.eval_iters * o.batch_size, seed),
-        data::DataLoaderOptions{.batch_size = o.batch_size, .shuffle = false, .prefetch = 1});
+        data::DataLoaderOptions{.batch_size = ranks.rank_batch(o.batch_size), .shuffle = false, .prefetch = 1,
+                                .rank = ranks.rank(), .world_size = ranks.world_size()});
   };
   auto train_eval = std::make_shared<train::Validation>(
       eval_loader(train_split, train_eval_seed),
@@ -485,6 +506,7 @@ LmResult train_lm(const LmOptions& o) {
   }
 
   LmResult r;
+  r.batch_size = o.batch_size;
   r.val_loss = val_eval->result().loss;
   r.train_loss = train_eval->result().loss;
   r.iters = trainer.progress().global_step;

@@ -53,6 +53,9 @@ struct LmOptions {
   // then cosine down to min_lr at `iters`; weight decay on the 2-D tensors only.
   int64_t iters = 2000;
   int64_t batch_size = 12;
+  // "": batch_size; else the global batch fit_to_memory picks so that each
+  // process' peak fits ("256M", "1G", "auto"; apps/kiln/memory_flag.h).
+  std::string memory_budget = "";
   double lr = 1e-3;
   double min_lr = 1e-4;
   int64_t warmup = 100;
@@ -76,6 +79,7 @@ struct LmOptions {
 };
 
 struct LmResult {
+  int64_t batch_size = 0;     // the global batch trained with (--batch-size, or --memory-budget's choice)
   double val_loss = 0;        // the last estimate (eval_iters batches of the val split)
   double train_loss = 0;      // the same on the train split
   int64_t iters = 0;          // optimizer steps done in all (resumed runs count the earlier ones)

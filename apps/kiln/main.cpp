@@ -138,6 +138,9 @@ int run(int argc, char** argv) {
   add_integer(lm, "--vocab-size", l.vocab_size, "bpe: vocabulary size (256 bytes + merges)", 256, 1 << 20);
   add_integer(lm, "--iters", l.iters, "optimizer steps", 1, 1e9);
   add_integer(lm, "--batch-size", l.batch_size, "sequences per step", 1, kMaxBatch);
+  lm->add_option("--memory-budget", l.memory_budget,
+                 "pick the largest batch whose peak memory fits SIZE (256M, 1G; auto: the cgroup limit and "
+                 "MemAvailable; per process under mpirun) from three probe steps, instead of --batch-size");
   add_integer(lm, "--block-size", l.block_size, "context length T", 1, 1 << 20);
   add_integer(lm, "--n-layer", l.n_layer, "Transformer blocks", 1, 1024);
   add_integer(lm, "--n-head", l.n_head, "attention heads", 1, 4096);

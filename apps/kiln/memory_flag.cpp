@@ -4,7 +4,12 @@
 #include <cmath>
 #include <cstdlib>
 
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "apps/kiln/distributed_job.h"
 #include "kiln/core/error.h"
+#include "kiln/train/task.h"
 
 namespace kiln::app {
 
@@ -24,6 +29,35 @@ int64_t parse_memory_budget(const std::string& op, const std::string& text) {
   KILN_CHECK(end != text.c_str() && scale > 0 && std::isfinite(bytes) && bytes >= 1 && bytes < 9.0e18, op,
              "--memory-budget must be a size such as 256M, 1G or 300000000 (bytes), or auto; got '{}'", text);
   return int64_t(bytes);
+}
+
+int64_t fit_batch_to_memory(const std::string& op, const JobDistribution& ranks, train::Task& task,
+                            const data::Dataset& data, int64_t budget_bytes, train::MemoryFitOptions options,
+                            std::ostream& log, const std::string& unit) {
+  int64_t per_rank = 0;
+  if (ranks.primary()) {
+    int64_t budget = budget_bytes;
+    if (budget == 0 && ranks.local_size() > 1) {
+      // "auto": the ranks on this machine share its memory.
+      const int64_t machine = train::system_memory_budget();
+      KILN_CHECK(machine > 0, op, "--memory-budget auto: cannot read the memory available (/proc/meminfo, cgroup)");
+      budget = machine / ranks.local_size();
+    }
+    // An error here (not even min_batch fits) ends every rank: the job's
+    // top-level handler aborts the run (abort_other_ranks).
+    train::MemoryFit fit = train::fit_to_memory(task, data, budget, options);
+    per_rank = fit.batch;
+    const double kib = fit.bytes_per_item / 1024.0;
+    fmt::print(log,
+               "--memory-budget {} MiB{}: batch {} (predicted peak {:.1f} MiB, measured {:.1f} MiB; {:.1f} KiB per {})\n",
+               fit.budget_bytes >> 20, ranks.active() ? " per rank" : "", per_rank,
+               fit.predicted_peak_bytes / 1048576.0, fit.measured_peak_bytes / 1048576.0, kib, unit);
+    if (ranks.active())
+      fmt::print(log, "--memory-budget: {} per rank x {} ranks = global batch {}\n", per_rank, ranks.world_size(),
+                 per_rank * ranks.world_size());
+  }
+  per_rank = ranks.from_primary(per_rank);
+  return per_rank * ranks.world_size();
 }
 
 }  // namespace kiln::app

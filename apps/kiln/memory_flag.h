@@ -4,12 +4,38 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <string>
+
+#include "kiln/train/memory_budget.h"
+
+namespace kiln::data {
+class Dataset;
+}
+namespace kiln::train {
+class Task;
+}
 
 namespace kiln::app {
 
 /// Bytes of a --memory-budget value; 0 for "auto". kiln::Error "[op]
 /// --memory-budget ..." for anything else.
 int64_t parse_memory_budget(const std::string& op, const std::string& text);
+
+class JobDistribution;
+
+/// --memory-budget's global batch, under mpirun too. The budget is one
+/// process' (each rank holds a model, its optimizer state and its share of
+/// the batch); budget 0 ("auto") is the machine's free memory
+/// (train::system_memory_budget) split among the ranks on this machine. Rank 0
+/// probes (train::fit_to_memory: three steps on `data`, the task's state
+/// restored after them) while the others wait; every rank gets rank 0's
+/// per-rank batch, and the global batch is that times the world size. Call
+/// it before the model is wrapped for data parallelism (JobDistribution::wrap),
+/// so the probes' backwards reduce nothing. Prints the choice to log (rank
+/// 0's log; `unit` names what the batch counts, e.g. "image" or "sequence").
+int64_t fit_batch_to_memory(const std::string& op, const JobDistribution& ranks, train::Task& task,
+                            const data::Dataset& data, int64_t budget_bytes, train::MemoryFitOptions options,
+                            std::ostream& log, const std::string& unit);
 
 }  // namespace kiln::app

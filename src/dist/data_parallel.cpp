@@ -4,6 +4,8 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -36,7 +38,7 @@ struct DataParallel::Impl {
     std::vector<Tensor> params;      // the parameters' values (leaves), in launch order
     std::vector<int64_t> offsets;    // element offset of each in flat
     DType dtype = kF32;
-    Tensor flat;                     // [numel] of dtype
+    Tensor flat;                     // [numel] of dtype; the parameters' gradients are views of it
     int pending = 0;                 // parameters of this backward not yet ready
   };
 
@@ -50,6 +52,9 @@ struct DataParallel::Impl {
   ReduceOp reduce = ReduceOp::Mean;
   double wait_seconds = 0;
   MPI_Comm comm = MPI_COMM_NULL;
+  // Without the thread: the launched buckets' non-blocking reductions (one
+  // request per piece of at most INT_MAX elements), progressed by the hooks.
+  std::vector<MPI_Request> requests;
 
   // ---- the communication thread (overlap), guarded by mutex ----
   bool threaded = false;
@@ -57,31 +62,74 @@ struct DataParallel::Impl {
   std::mutex mutex;
   std::condition_variable work, done_cv;
   std::deque<size_t> queue;
+  // Set while the training thread waits in finish(): the thread stops sleeping.
+  std::atomic<bool> finishing{false};
+  std::mutex poll_mutex;
+  std::condition_variable poll_cv;
   size_t done = 0;
   bool stop = false;
   std::exception_ptr error;
 
+  // Bucket b's gradient `i` as a view of its flat buffer: [p.shape] contiguous.
+  Tensor view(size_t b, size_t i) const {
+    const Bucket& bk = buckets[b];
+    const Tensor& p = bk.params[i];
+    return Tensor::make_view(bk.flat.storage(), p.shape(), contiguous_strides(p.shape()),
+                             bk.flat.storage_offset() + bk.offsets[i], bk.dtype);
+  }
+
+  // On the communication thread: a blocking MPI_Allreduce would spin on a
+  // core while it waits for the other ranks, taking it from this rank's
+  // backward (and, on a machine with fewer cores than threads, from the
+  // other ranks'). Non-blocking, tested between sleeps, it leaves the core
+  // to backward. The sleeps back off (20 us doubling to 400 us: a test every
+  // 50 us cost ~10% of a GPT step's CPU in wake-ups) while backward runs;
+  // once the training thread waits in finish() there is nothing left to
+  // share the core with, and the thread tests without sleeping.
   void reduce_bucket(size_t b) {
     Bucket& bk = buckets[b];
     MPI_Datatype type = detail::mpi_type(bk.dtype, "DataParallel", true);
-    if (!threaded) {
-      detail::all_reduce_raw(bk.flat.data_ptr(), bk.flat.numel(), type, MPI_SUM, comm, "DataParallel");
-      return;
-    }
-    // On the communication thread: a blocking MPI_Allreduce would spin on a
-    // core while it waits for the other ranks, taking it from this rank's
-    // backward (and, on a machine with fewer cores than threads, from the
-    // other ranks'). Non-blocking, tested every 50 us, it sleeps instead.
     detail::chunked(bk.flat.data_ptr(), bk.flat.numel(), itemsize(bk.dtype), "DataParallel", [&](void* p, int n) {
       MPI_Request req;
       int rc = MPI_Iallreduce(MPI_IN_PLACE, p, n, type, MPI_SUM, comm, &req);
+      std::chrono::microseconds pause(20);
       for (int finished = 0; rc == MPI_SUCCESS;) {
         rc = MPI_Test(&req, &finished, MPI_STATUS_IGNORE);
         if (finished) break;
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (finishing.load(std::memory_order_relaxed)) {
+          std::this_thread::yield();
+          continue;
+        }
+        std::unique_lock lock(poll_mutex);
+        poll_cv.wait_for(lock, pause, [&] { return finishing.load(); });
+        pause = std::min(pause * 2, std::chrono::microseconds(400));
       }
       return rc;
     });
+  }
+
+  // Without the thread: starts bucket b's reduction in place (MPI_Iallreduce);
+  // the hooks progress it (progress()), finish() waits for it.
+  void start_bucket(size_t b) {
+    Bucket& bk = buckets[b];
+    MPI_Datatype type = detail::mpi_type(bk.dtype, "DataParallel", true);
+    detail::chunked(bk.flat.data_ptr(), bk.flat.numel(), itemsize(bk.dtype), "DataParallel", [&](void* p, int n) {
+      MPI_Request req = MPI_REQUEST_NULL;
+      const int rc = MPI_Iallreduce(MPI_IN_PLACE, p, n, type, MPI_SUM, comm, &req);
+      if (rc == MPI_SUCCESS) requests.push_back(req);
+      return rc;
+    });
+  }
+
+  // MPI progresses a non-blocking collective only inside MPI calls (OpenMPI
+  // has no progress thread for shared memory or TCP): each ready gradient
+  // tests the outstanding reductions, so they advance while backward runs.
+  void progress() {
+    if (requests.empty()) return;
+    int all_done = 0;
+    detail::check_mpi(MPI_Testall(int(requests.size()), requests.data(), &all_done, MPI_STATUSES_IGNORE),
+                      "DataParallel");
+    if (all_done) requests.clear();
   }
 
   void thread_loop() {
@@ -123,28 +171,38 @@ struct DataParallel::Impl {
     active = true;
   }
 
-  // Copies bucket b's gradients into its buffer (undefined ones as zeros) and
-  // starts its reduction.
+  // Puts parameter i of bucket b's gradient into its slot of the flat buffer
+  // (zeros when it has none) and makes the gradient that slot (a view), so
+  // that the reduction works in place and backward's own gradient tensor is
+  // released at once. Done as each gradient becomes ready, while it is still
+  // in cache.
+  void adopt(size_t b, size_t i) {
+    Bucket& bk = buckets[b];
+    const Tensor& p = bk.params[i];
+    Tensor g = p.grad();
+    const int64_t item = itemsize(bk.dtype);
+    char* dst = static_cast<char*>(bk.flat.data_ptr()) + bk.offsets[i] * item;
+    if (!g.defined()) {
+      std::memset(dst, 0, size_t(p.numel() * item));
+    } else if (g.data_ptr() != dst) {  // (a gradient still viewing its slot needs no copy)
+      KILN_CHECK(g.dtype() == bk.dtype && g.numel() == p.numel(), "DataParallel",
+                 "a gradient of shape {} ({}) for a parameter of shape {} ({})", to_string(g.shape()),
+                 name(g.dtype()), to_string(p.shape()), name(bk.dtype));
+      copy_out(g.is_contiguous() ? g : g.contiguous(), dst);
+    }
+    Tensor leaf = p;
+    leaf.set_grad(view(b, i));
+  }
+
+  // Starts bucket b's reduction; the parameters that did not become ready
+  // (unused in this backward) send what they hold (zeros when nothing).
   void launch(size_t b) {
     Bucket& bk = buckets[b];
-    char* flat = static_cast<char*>(bk.flat.data_ptr());
-    const int64_t item = itemsize(bk.dtype);
-    for (size_t i = 0; i < bk.params.size(); ++i) {
-      const Tensor& p = bk.params[i];
-      Tensor g = p.grad();
-      char* dst = flat + bk.offsets[i] * item;
-      if (!g.defined()) {
-        std::memset(dst, 0, size_t(p.numel() * item));
-      } else {
-        KILN_CHECK(g.dtype() == bk.dtype && g.numel() == p.numel(), "DataParallel",
-                   "a gradient of shape {} ({}) for a parameter of shape {} ({})", to_string(g.shape()),
-                   name(g.dtype()), to_string(p.shape()), name(bk.dtype));
-        copy_out(g.is_contiguous() ? g : g.contiguous(), dst);
-      }
-    }
+    for (size_t i = 0; i < bk.params.size(); ++i)
+      if (!ready[b][i]) adopt(b, i);
     ++launched;
     if (!threaded) {
-      reduce_bucket(b);
+      start_bucket(b);
       std::lock_guard lock(mutex);
       ++done;
       return;
@@ -160,12 +218,35 @@ struct DataParallel::Impl {
     while (launched < buckets.size() && buckets[launched].pending == 0) launch(launched);
   }
 
-  // Waits for every launched bucket and writes the results into the grads.
+  // Waits for every launched bucket; the gradients (views of the buffers)
+  // then hold the sums (divided by the world size for Mean).
   void finish() {
     const double t0 = now_seconds();
+    if (!threaded && !requests.empty()) {
+      // Test in a loop (MPI_Waitall would too): the first 200 us without a
+      // pause, then with 20 us sleeps, so that a rank waiting for a slower
+      // one does not hold a core the others (or another process) need.
+      int rc = MPI_SUCCESS;
+      for (int all_done = 0; rc == MPI_SUCCESS;) {
+        rc = MPI_Testall(int(requests.size()), requests.data(), &all_done, MPI_STATUSES_IGNORE);
+        if (all_done) break;
+        if (now_seconds() - t0 > 200e-6) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+      requests.clear();
+      if (rc != MPI_SUCCESS) active = false;
+      detail::check_mpi(rc, "DataParallel");
+    }
     {
       std::unique_lock lock(mutex);
+      if (threaded) {
+        {
+          std::lock_guard poll(poll_mutex);
+          finishing = true;
+        }
+        poll_cv.notify_all();
+      }
       done_cv.wait(lock, [&] { return done == launched; });
+      finishing = false;
       if (error) {
         active = false;
         std::rethrow_exception(error);
@@ -173,18 +254,19 @@ struct DataParallel::Impl {
     }
     wait_seconds = now_seconds() - t0;
     const int world = world_size();
-    for (Bucket& bk : buckets) {
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      Bucket& bk = buckets[b];
       if (reduce == ReduceOp::Mean && world > 1) detail::scale(bk.flat, 1.0 / world);
-      const char* flat = static_cast<const char*>(bk.flat.data_ptr());
-      const int64_t item = itemsize(bk.dtype);
+      // A gradient replaced after it was adopted (a hook that set another)
+      // gets its slot back: the reduced sum is in the slot.
       for (size_t i = 0; i < bk.params.size(); ++i) {
-        Tensor p = bk.params[i];
-        Tensor g = p.grad();
-        if (!g.defined() || !g.is_contiguous() || g.dtype() != bk.dtype) {
-          g = Tensor::empty(p.shape(), bk.dtype);
-          p.set_grad(g);
+        const int64_t item = itemsize(bk.dtype);
+        const char* slot = static_cast<const char*>(bk.flat.data_ptr()) + bk.offsets[i] * item;
+        Tensor g = bk.params[i].grad();
+        if (!g.defined() || g.data_ptr() != slot) {
+          Tensor leaf = bk.params[i];
+          leaf.set_grad(view(b, i));
         }
-        std::memcpy(g.data_ptr(), flat + bk.offsets[i] * item, size_t(p.numel() * item));
       }
     }
     active = false;
@@ -198,8 +280,10 @@ struct DataParallel::Impl {
     auto [b, i] = it->second;
     if (ready[b][i]) return;  // a second backward before synchronize: already counted
     ready[b][i] = 1;
+    adopt(b, i);
     --buckets[b].pending;
     launch_ready();
+    if (!threaded) progress();
     if (launched == buckets.size()) finish();
   }
 };
@@ -228,8 +312,12 @@ DataParallel::DataParallel(nn::Module& module, DataParallelOptions options)
                "parameters must be f32 or f64 (MPI sums no bf16), got a {} parameter of shape {}", name(p.dtype()),
                to_string(p.shape()));
     if (m.where.count(p.impl())) continue;  // shared
-    if (m.buckets.empty() || m.buckets.back().dtype != p.dtype() ||
-        (bytes > 0 && bytes + p.nbytes() > cap)) {
+    // A bucket closes once it holds its cap (PyTorch's rule): a tensor larger
+    // than the rest of the cap still joins the bucket in progress, so a big
+    // tensor that backward finishes early (a CNN's first Linear, 1.6 MB) is
+    // reduced while the layers below it run their backward, instead of
+    // waiting in the next bucket for the last layer's gradients.
+    if (m.buckets.empty() || m.buckets.back().dtype != p.dtype() || bytes >= cap) {
       if (!m.buckets.empty()) cap = options_.bucket_bytes;
       m.buckets.push_back({});
       m.buckets.back().dtype = p.dtype();
@@ -237,12 +325,17 @@ DataParallel::DataParallel(nn::Module& module, DataParallelOptions options)
     }
     Impl::Bucket& bk = m.buckets.back();
     m.where[p.impl()] = {m.buckets.size() - 1, bk.params.size()};
-    bk.offsets.push_back(bk.params.empty() ? 0 : bk.offsets.back() + bk.params.back().numel());
+    // Each gradient's slot starts on a 64-byte boundary (the kernels' vector
+    // loads); the padding between slots stays zero.
+    const int64_t align = 64 / p.itemsize();
+    const int64_t end = bk.params.empty() ? 0 : bk.offsets.back() + bk.params.back().numel();
+    bk.offsets.push_back((end + align - 1) / align * align);
     bk.params.push_back(p);
     bytes += p.nbytes();
   }
   for (Impl::Bucket& bk : m.buckets) {
     bk.flat = Tensor::empty({bk.offsets.back() + bk.params.back().numel()}, bk.dtype);
+    std::memset(bk.flat.data_ptr(), 0, size_t(bk.flat.nbytes()));
     m.ready.emplace_back(bk.params.size(), 0);
   }
 

@@ -221,6 +221,55 @@ void Trainer::end_epoch(History& history) {
   control_->poll(*this);
 }
 
+namespace {
+
+// While alive, the named streams of rngs carry rank `rank`'s seeds
+// (RunOptions::rank_streams); the shared seeds come back at the end, also
+// when fit throws, with the counts drawn meanwhile.
+class RankStreams {
+ public:
+  RankStreams(Rngs* rngs, const std::vector<std::string>& names, int rank, int world) {
+    if (rngs == nullptr || world <= 1 || rank == 0) return;
+    std::map<std::string, Rngs::Stream> state = rngs->state();
+    for (const std::string& name : names)
+      if (auto it = state.find(name); it != state.end()) {
+        shared_[name] = it->second.seed;
+        it->second.seed = rank_stream_seed(it->second.seed, rank);
+      }
+    rngs->set_state(std::move(state));
+    rngs_ = rngs;
+  }
+  ~RankStreams() {
+    if (rngs_ == nullptr) return;
+    std::map<std::string, Rngs::Stream> state = rngs_->state();
+    for (const auto& [name, seed] : shared_)
+      if (auto it = state.find(name); it != state.end()) it->second.seed = seed;
+    rngs_->set_state(std::move(state));
+  }
+  RankStreams(const RankStreams&) = delete;
+  RankStreams& operator=(const RankStreams&) = delete;
+
+ private:
+  Rngs* rngs_ = nullptr;
+  std::map<std::string, uint64_t> shared_;
+};
+
+}  // namespace
+
+uint64_t rank_stream_seed(uint64_t seed, int rank) {
+  if (rank == 0) return seed;
+  // SplitMix64's finaliser over the seed and the rank, then once more over
+  // the result: a bijection of the seed for each rank, far apart for
+  // neighbouring ranks and seeds.
+  auto mix = [](uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  return mix(seed ^ mix(uint64_t(rank)));
+}
+
 History Trainer::fit(Task& task, data::DataLoader& train, const std::string& resume_from) {
   KILN_CHECK(state_ != RunState::running && state_ != RunState::paused && state_ != RunState::stopping,
              "Trainer.fit", "already running");
@@ -238,6 +287,8 @@ History Trainer::fit(Task& task, data::DataLoader& train, const std::string& res
   pause_depth_ = 0;
   History history;
   if (!resume_from.empty()) checkpoint().load(resume_from);
+  // After the load: the checkpoint holds rank 0's seeds (the shared ones).
+  RankStreams rank_streams(task.rngs(), run_.rank_streams, rank(), world_size());
 
   fit_start_ = epoch_start_ = now_seconds();
   state_ = RunState::running;

@@ -94,6 +94,54 @@ TEST(LmJob, ResumeIsExact) {
   std::filesystem::remove_all(dir);
 }
 
+// --memory-budget: three probe steps pick the batch (reported, trained
+// with, saved in the run's config); a resumed run keeps it.
+TEST(LmJob, MemoryBudgetPicksTheBatchAndAResumeKeepsIt) {
+  std::string dir = kiln::testing::fresh_dir();
+  std::string data = testing::corpus_slice(dir, 8000);
+  std::ostringstream log;
+  LmOptions o = tiny(data, dir + "/run", &log);
+  o.iters = 4;
+  o.eval_interval = 2;
+  o.eval_iters = 1;
+  o.memory_budget = "24M";
+  LmResult r = train_lm(o);
+  const std::string text = log.str();
+  EXPECT_NE(text.find(fmt::format("--memory-budget 24 MiB: batch {} (predicted peak", r.batch_size)),
+            std::string::npos) << text;
+  EXPECT_GT(r.batch_size, 8) << text;  // a tiny model: far more than the default fits
+  EXPECT_NE(text.find(fmt::format("batch {} ·", r.batch_size)), std::string::npos) << text;
+  EXPECT_EQ(r.iters, 4);
+  io::CheckpointInfo info = io::read_checkpoint_info(r.checkpoint);
+  EXPECT_NE(info.config.find(fmt::format("\"batch_size\":{}", r.batch_size)), std::string::npos) << info.config;
+
+  // Resumed from step 2 with a different budget: the run's batch, no probes.
+  std::ostringstream log2;
+  LmOptions part = tiny(data, dir + "/part", &log2);
+  part.iters = 4;
+  part.eval_interval = 2;
+  part.eval_iters = 1;
+  part.memory_budget = "1G";
+  part.resume = dir + "/run/checkpoints/step-2.safetensors";
+  std::filesystem::create_directories(part.out + "/checkpoints");
+  std::filesystem::copy_file(r.csv, part.out + "/metrics.csv");
+  LmResult b = train_lm(part);
+  EXPECT_EQ(b.batch_size, r.batch_size) << log2.str();
+  EXPECT_NE(log2.str().find(fmt::format("resuming with the run's batch {}", r.batch_size)), std::string::npos)
+      << log2.str();
+  EXPECT_EQ(b.val_loss, r.val_loss);
+
+  LmOptions bad = tiny(data, dir + "/bad", &log);
+  bad.memory_budget = "lots";
+  try {
+    train_lm(bad);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--memory-budget must be a size"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(LmJob, Errors) {
   std::string dir = kiln::testing::fresh_dir();
   std::ostringstream log;

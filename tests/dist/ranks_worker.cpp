@@ -176,7 +176,8 @@ INSTANTIATE_TEST_SUITE_P(Dist, Exactness,
                          ::testing::Values(std::make_tuple(false, true, int64_t(1) << 20),
                                            std::make_tuple(true, true, int64_t(1) << 20),
                                            std::make_tuple(false, true, int64_t(256)),
-                                           std::make_tuple(true, false, int64_t(256))));
+                                           std::make_tuple(true, false, int64_t(256)),
+                                           std::make_tuple(false, false, int64_t(1) << 20)));
 
 TEST(DataParallel, MeanReduceIsPyTorchsDdpAndNoSyncAccumulates) {
   // Each rank's own mean loss, gradients averaged (ReduceOp::Mean): with equal
@@ -221,6 +222,59 @@ TEST(DataParallel, UnusedParametersCountAsZero) {
   }
 }
 
+TEST(DataParallel, GradientsAreViewsOfTheBucketBuffers) {
+  Net net(uint64_t(13 + R()), false);
+  for (bool overlap : {true, false}) {
+    dist::DataParallel ddp(*net.model, {.overlap = overlap});
+    ASSERT_EQ(ddp.bucket_sizes().size(), 1u);  // 1 MiB holds the whole net
+    Tensor x = full({2, 6}, double(R() + 1));
+    sum(net.model(x)).backward();
+    ddp.synchronize();
+    // In reverse registration order, each gradient's slot follows the
+    // previous one's at the next 64-byte boundary: one buffer, reduced in place.
+    std::vector<Tensor> grads;
+    for (const auto& p : net.model->parameters()) grads.insert(grads.begin(), p.grad());
+    const char* next = nullptr;
+    for (const Tensor& g : grads) {
+      const auto* at = static_cast<const char*>(g.data_ptr());
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(at) % 64, 0u);
+      if (next) {
+        EXPECT_EQ(at, next);
+      }
+      next = at + (g.nbytes() + 63) / 64 * 64;
+    }
+    // They hold the sums: every rank's are the same.
+    for (const Tensor& g : grads) {
+      Tensor other = g.clone();
+      dist::broadcast(other, 0);
+      EXPECT_TRUE(same_bits({g}, {other})) << (overlap ? "thread" : "hooks");
+    }
+    // A second step on the same views: zero_grad(set_to_none = false) keeps
+    // them, backward accumulates onto zeros, the sums are the same again.
+    std::vector<Tensor> first;
+    for (const Tensor& g : grads) first.push_back(g.clone());
+    net.opt->zero_grad(false);
+    sum(net.model(x)).backward();
+    ddp.synchronize();
+    std::vector<Tensor> again;
+    for (const auto& p : net.model->parameters()) again.insert(again.begin(), p.grad());
+    EXPECT_TRUE(same_bits(first, again)) << (overlap ? "thread" : "hooks");
+    net.opt->zero_grad();
+  }
+}
+
+TEST(DataParallel, BucketsCloseOnceTheyHoldTheirCap) {
+  // Reverse registration order: bias3 (3 floats, 12 B), weight3 (48 floats,
+  // 192 B), bias2 (64 B), weight2 (1 KiB), bias1 (64 B), weight1 (384 B).
+  // PyTorch's rule: the tensor that crosses the cap joins the bucket and
+  // closes it, so weight3, ready early, is reduced with bias3.
+  Net net(uint64_t(17 + R()), false);
+  dist::DataParallel ddp(*net.model, {.first_bucket_bytes = 64, .bucket_bytes = 1024});
+  EXPECT_EQ(ddp.bucket_sizes(), (std::vector<int64_t>{2, 2, 2}));
+  dist::DataParallel one(*net.model, {.first_bucket_bytes = int64_t(1) << 20});
+  EXPECT_EQ(one.bucket_sizes(), (std::vector<int64_t>{6}));
+}
+
 TEST(DataParallel, Errors) {
   Rngs rngs{{"params", 0}};
   auto bf = nn::make<nn::Linear>(2, 2, nn::Init(rngs));
@@ -245,8 +299,8 @@ struct Recorder : train::Callback {
   std::vector<double> losses;
 };
 
-std::shared_ptr<data::TensorDataset> blobs(int64_t n) {
-  Generator g(21);
+std::shared_ptr<data::TensorDataset> blobs(int64_t n, uint64_t seed = 21) {
+  Generator g(seed);
   Tensor x = randn({n, 6}, g);
   Tensor y = argmax(narrow(x, 1, 0, 3), 1);
   return std::make_shared<data::TensorDataset>(x, y);
@@ -287,6 +341,149 @@ TEST(TrainerDataParallel, ResumeAtWorldOneFromATwoRankCheckpointKeepsTheLosses) 
     std::filesystem::remove(path);
   }
   dist::barrier();
+}
+
+// ---- sharded validation ----
+
+// The whole set in one process: the sample-weighted mean loss and accuracy of
+// task.validation_step over batches of `batch`, as one process's Validation
+// has them.
+std::pair<double, double> one_process_eval(train::Task& task, std::shared_ptr<data::TensorDataset> set, int64_t batch) {
+  data::DataLoader loader(set, {.batch_size = batch, .shuffle = false});
+  bool training = task.model().is_training();
+  task.model().eval();
+  NoGradGuard no_grad;
+  double loss = 0, count = 0, correct = 0;
+  for (const data::Batch& b : loader) {
+    train::StepResult r = task.validation_step(b);
+    loss += r.loss * double(r.count);
+    count += double(r.count);
+    correct += double(r.correct);
+  }
+  task.model().train(training);
+  return {loss / count, correct / count};
+}
+
+TEST(TrainerDataParallel, ShardedValidationEqualsOneProcessOverTheWholeSet) {
+  // 33 = 4 * 8 + 1: the last global batch of one row leaves rank 0 none.
+  for (int64_t n_val : {int64_t(37), int64_t(33)}) {
+    auto train_set = blobs(37);
+    auto val_set = blobs(n_val, 77);
+    Net net(uint64_t(5 + R()), false);
+    dist::DataParallel ddp(*net.model);
+    data::DataLoader loader(train_set, {.batch_size = 4, .seed = 2, .rank = R(), .world_size = W()});
+    auto val_loader = std::make_shared<data::DataLoader>(
+        val_set, data::DataLoaderOptions{.batch_size = 4, .shuffle = false, .rank = R(), .world_size = W()});
+    auto val = std::make_shared<train::Validation>(val_loader);
+    std::ostringstream out;
+    train::Trainer trainer(2, {val}, {.out = &out, .distributed = dist::trainer_hooks(ddp)});
+    trainer.fit(*net.task, loader);
+    const train::ValidationResult& r = val->result();
+    EXPECT_EQ(r.count, n_val);  // every example once, over the ranks
+    // The weights are every rank's; one process over the whole set, batch 8.
+    auto [loss, accuracy] = one_process_eval(*net.task, val_set, 8);
+    EXPECT_NEAR(r.loss, loss, 1e-6 * std::abs(loss)) << "rank " << R() << ", " << n_val << " examples";
+    EXPECT_EQ(r.accuracy, accuracy) << "rank " << R();
+    EXPECT_EQ(trainer.logs().at("val/loss"), r.loss);
+    // Every rank logs the same figures.
+    Tensor mine = tensor(std::vector<double>{r.loss, r.accuracy});
+    Tensor rank0 = mine.clone();
+    dist::broadcast(rank0, 0);
+    EXPECT_TRUE(same_bits({mine}, {rank0}));
+  }
+}
+
+TEST(TrainerDataParallel, ValidationShardedForAnotherWorldIsAnError) {
+  auto set = blobs(16);
+  Net net(uint64_t(5 + R()), false);
+  dist::DataParallel ddp(*net.model);
+  data::DataLoader loader(set, {.batch_size = 4, .seed = 2, .rank = R(), .world_size = W()});
+  // Sharded as if over 3 ranks.
+  auto val_loader = std::make_shared<data::DataLoader>(
+      set, data::DataLoaderOptions{.batch_size = 4, .shuffle = false, .rank = R(), .world_size = W() + 1});
+  std::ostringstream out;
+  train::Trainer trainer(1, {std::make_shared<train::Validation>(val_loader)},
+                         {.out = &out, .distributed = dist::trainer_hooks(ddp)});
+  try {
+    trainer.fit(*net.task, loader);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[Validation]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("of 3"), std::string::npos) << e.what();
+  }
+}
+
+// ---- per-rank random streams ----
+
+// Dropout drawn from the task's Rngs ("dropout" stream) before the first
+// layer; each step records the first value its micro-batch's generator gives.
+struct DropoutNet {
+  explicit DropoutNet(uint64_t seed) : rngs{{"params", seed}, {"dropout", seed + 1}}, model(nn::make<nn::Sequential>()) {
+    model->push_back(nn::Linear(6, 16, rngs));
+    model->push_back(nn::Tanh());
+    model->push_back(nn::Linear(16, 3, rngs));
+    opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 0.01});
+    auto forward = [this](const Tensor& x) -> Tensor {
+      if (!model->is_training()) return model(x);
+      Generator g = rngs.next("dropout");
+      Generator probe = g;
+      draws.push_back(probe.next_u64());
+      return model(dropout(x, 0.5, true, g));
+    };
+    task = std::make_unique<train::Task>(*model, forward, *opt, &rngs);
+  }
+  Rngs rngs;
+  nn::Shared<nn::Sequential> model;
+  std::unique_ptr<optim::AdamW> opt;
+  std::unique_ptr<train::Task> task;
+  std::vector<uint64_t> draws;
+};
+
+TEST(TrainerDataParallel, EachRankDrawsItsOwnDropoutStreamAndResumesItExactly) {
+  auto set = blobs(37);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kiln_dist_streams_" + std::to_string(::getppid()) + ".safetensors")).string();
+  constexpr int64_t kSaveAt = 6;
+  auto run = [&](const std::string& resume, std::vector<double>* losses) {
+    DropoutNet net(3);
+    dist::DataParallel ddp(*net.model);
+    data::DataLoader loader(set, {.batch_size = 4, .seed = 2, .rank = R(), .world_size = W()});
+    auto rec = std::make_shared<Recorder>(resume.empty() ? path : "", resume.empty() ? kSaveAt : -1);
+    std::ostringstream out;
+    train::Trainer trainer(2, {rec}, {.out = &out, .distributed = dist::trainer_hooks(ddp)});
+    trainer.fit(*net.task, loader, resume);
+    // fit() gives the stream its shared seed back; the count is every rank's.
+    EXPECT_EQ(net.rngs.state().at("dropout").seed, 4u);
+    EXPECT_EQ(net.rngs.state().at("dropout").count, 10u);  // 2 epochs x 5 steps, one draw each
+    *losses = rec->losses;
+    return net.draws;
+  };
+  std::vector<double> full_losses, resumed_losses;
+  const std::vector<uint64_t> full = run("", &full_losses);
+  ASSERT_EQ(full.size(), 10u);
+  // Rank-distinct: rank 1's draws differ from rank 0's at every step.
+  Tensor mine = tensor(std::vector<int64_t>(full.begin(), full.end()));
+  const std::vector<int64_t> all = dist::all_gather(mine).to_vector<int64_t>();  // [2, 10]
+  for (size_t s = 0; s < 10; ++s) EXPECT_NE(all[s], all[10 + s]) << "step " << s;
+  // Rank 0 draws what one process with the same Rngs would: the shared seed.
+  Rngs shared{{"dropout", 4}};
+  if (R() == 0) {
+    EXPECT_EQ(full[0], shared.next("dropout").next_u64());
+  }
+  EXPECT_EQ(train::rank_stream_seed(4, 0), 4u);
+  EXPECT_NE(train::rank_stream_seed(4, 1), train::rank_stream_seed(4, 2));
+  EXPECT_NE(train::rank_stream_seed(4, 1), train::rank_stream_seed(5, 1));
+  dist::barrier();  // the checkpoint is written
+  // Resumed at step 6 from rank 0's checkpoint: every rank's later draws and
+  // the losses are the uninterrupted run's.
+  const std::vector<uint64_t> resumed = run(path, &resumed_losses);
+  ASSERT_EQ(resumed.size(), full.size() - size_t(kSaveAt));
+  for (size_t i = 0; i < resumed.size(); ++i) EXPECT_EQ(resumed[i], full[size_t(kSaveAt) + i]) << "rank " << R();
+  ASSERT_EQ(resumed_losses.size(), resumed.size());
+  for (size_t i = 0; i < resumed_losses.size(); ++i)
+    EXPECT_EQ(resumed_losses[i], full_losses[size_t(kSaveAt) + i]) << "rank " << R() << " step " << kSaveAt + 1 + int64_t(i);
+  dist::barrier();
+  if (R() == 0) std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -15,20 +15,25 @@
 //
 // NOTE [Gradient buckets]: the parameters are grouped, in reverse
 // registration order (about the order backward finishes them), into buckets
-// of at most `bucket_bytes` (the first one `first_bucket_bytes`, small, so
-// that communication starts early). A post-accumulate-grad hook on each
-// parameter (kiln/autograd/hooks.h) marks it ready; when every parameter of
-// the next bucket in order is ready, its gradients are copied into the
-// bucket's flat buffer and handed to a communication thread, which all-reduces
-// it on a communicator of its own while backward goes on. Buckets are always
-// launched in index order, so every rank issues the same collectives in the
-// same order whatever its backward's order. When the last bucket is launched
-// the hook waits for all of them and copies the results back, so after
-// backward() the gradients are reduced; synchronize() does the same for a
-// backward that left parameters unused (their gradient counts as zero).
-// Without MPI_THREAD_MULTIPLE the buckets are reduced inline as they become
-// ready (correct, no overlap).
-//
+// that close once they hold `bucket_bytes` (the first `first_bucket_bytes`,
+// small, so that communication starts early; PyTorch's rule: the tensor that
+// crosses the cap is the bucket's last). Each bucket owns one flat buffer, and
+// each parameter's gradient is a view of its slot in it (PyTorch's
+// gradient_as_bucket_view): a post-accumulate-grad hook on each parameter
+// (kiln/autograd/hooks.h) copies the gradient backward produced into its
+// slot while it is in cache, makes the view the gradient (backward's tensor
+// is freed) and marks it ready; when every parameter of the next bucket in
+// order is ready, the bucket is all-reduced in place, non-blocking, while
+// backward goes on: by a communication thread (overlap, the default, with
+// MPI_THREAD_MULTIPLE), or from the caller's thread with MPI_Iallreduce,
+// which each later hook progresses (MPI_Testall; MPI advances a collective
+// only inside its calls). Buckets are always launched in index order, so
+// every rank issues the same collectives in the same order whatever its
+// backward's order. When the last bucket is launched the hook waits for all
+// of them: after backward() the gradients (the views) hold the sums, with no
+// copy back. synchronize() does the same for a backward that left parameters
+// unused (their gradient counts as zero). The views are reused by the next
+// synced backward: clone a gradient to keep it past that.
 // Exactness: the sum of two values does not depend on their order, so with 2
 // ranks and ReduceOp::Sum the reduced gradients equal one process
 // accumulating both ranks' micro-batches bit for bit (tests/dist).
@@ -51,7 +56,9 @@ struct DataParallelOptions {
   /// already divided by the global count, train::accumulation_step).
   ReduceOp reduce = ReduceOp::Mean;
   /// Reduce on a communication thread, overlapping backward (needs
-  /// MPI_THREAD_MULTIPLE; otherwise inline).
+  /// MPI_THREAD_MULTIPLE). false, or without MPI_THREAD_MULTIPLE: non-blocking
+  /// reductions from the caller's thread, progressed by the gradient hooks
+  /// (no extra thread competing for the cores; less progress between hooks).
   bool overlap = true;
   /// Broadcast parameters and buffers from rank 0 at construction.
   bool broadcast_at_start = true;

@@ -12,6 +12,7 @@
 // combined batch, up to summation order.
 #pragma once
 
+#include <cstdint>
 #include <span>
 
 namespace kiln::train {
@@ -32,5 +33,11 @@ class DistributedHooks {
   /// ranks (not the mean: the losses are already divided by the global count).
   virtual void finish_gradient_sync() = 0;
 };
+
+/// The seed of rank `rank`'s copy of a random stream whose seed is `seed`
+/// (RunOptions::rank_streams): `seed` itself for rank 0 (so rank 0 of a run
+/// draws what one process would), a SplitMix64 mix of (seed, rank) for the
+/// others, distinct for every rank and reproducible.
+uint64_t rank_stream_seed(uint64_t seed, int rank);
 
 }  // namespace kiln::train

@@ -86,6 +86,14 @@ struct RunOptions {
   // steps. With distributed, only rank 0 prints (out is discarded elsewhere).
   int64_t accumulate = 1;
   std::shared_ptr<DistributedHooks> distributed = nullptr;
+  // Streams of the task's Rngs that each rank draws on its own under
+  // `distributed` (dropout masks: rank r's examples get their own masks, not
+  // rank 0's). During fit, rank r's stream seed is rank_stream_seed(seed, r)
+  // (rank 0 keeps the seed); the draw counts stay the same on every rank (each
+  // runs the same forwards), so rank 0's checkpoint, which holds the seed and
+  // the count, resumes every rank's stream exactly. fit() puts the seeds back
+  // when it returns.
+  std::vector<std::string> rank_streams = {"dropout"};
 };
 
 // Sums over the steps of the epoch in progress.

@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <ostream>
+#include <span>
 
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
@@ -102,14 +104,28 @@ bool Validation::evaluate_now(Trainer& trainer) {
   return true;
 }
 
+bool Validation::sharded(const Trainer& trainer) const {
+  const data::DataLoaderOptions& lo = loader_->options();
+  if (lo.world_size == 1) return false;  // every rank evaluates the whole set: nothing to reduce
+  const DistributedHooks* d = trainer.run().distributed.get();
+  KILN_CHECK(d != nullptr && d->world_size() == lo.world_size && d->rank() == lo.rank, "Validation",
+             "the validation loader is sharded as rank {} of {}, but the Trainer runs {}; give the loader the "
+             "Trainer's rank and world size (RunOptions::distributed)",
+             lo.rank, lo.world_size,
+             d ? fmt::format("as rank {} of {}", d->rank(), d->world_size()) : std::string("in one process"));
+  return true;
+}
+
 const ValidationResult& Validation::evaluate(Trainer& trainer) {
   using Clock = std::chrono::steady_clock;
   Trainer::ClockPause pause = trainer.pause_clock();  // excluded from training throughput
   Clock::time_point start = Clock::now();
 
   Task& task = trainer.task();
-  Mean loss;
-  Accuracy accuracy;
+  const bool shard = sharded(trainer);  // checked before the work
+  // Sums over this process' batches: loss x count, count, correct, and the
+  // count of the batches that report correct (accuracy's denominator).
+  double sums[4] = {0, 0, 0, 0};
   {
     RestoreTrainingMode restore(task.model());
     task.model().eval();
@@ -117,18 +133,31 @@ const ValidationResult& Validation::evaluate(Trainer& trainer) {
     // An evaluation that threw part-way left the loader mid-epoch: start a whole one.
     if (loader_->position() != 0 && !loader_->epoch_done()) loader_->next_epoch();
     for (const data::Batch& batch : *loader_) {
+      // A sharded loader's short last batch may leave this rank no rows.
+      if (batch.size() == 0) continue;
       StepResult r = task.validation_step(batch);
       KILN_CHECK(r.count >= 0 && r.correct <= r.count, "Validation",
                  "validation_step returned count {} and correct {}; need count >= 0 and correct <= count", r.count,
                  r.correct);
-      loss.update(r.loss, double(r.count));
-      if (r.correct >= 0) accuracy.update(r.correct, r.count);
+      if (r.count == 0) continue;
+      sums[0] += r.loss * double(r.count);
+      sums[1] += double(r.count);
+      if (r.correct >= 0) {
+        sums[2] += double(r.correct);
+        sums[3] += double(r.count);
+      }
     }
   }
+  // A sharded loader (DataLoaderOptions::rank / world_size): each rank
+  // evaluated its slice of every global batch; the sums over ranks are the
+  // whole validation set's, as one process evaluating all of it would have
+  // them (up to the order of the additions). Counts stay exact in a double
+  // (below 2^53).
+  if (shard) trainer.run().distributed->all_reduce_sum(std::span<double>(sums, 4));
 
-  result_.loss = loss.result();
-  result_.accuracy = accuracy.result();
-  result_.count = int64_t(loss.weight());
+  result_.loss = sums[1] > 0 ? sums[0] / sums[1] : std::numeric_limits<double>::quiet_NaN();
+  result_.accuracy = sums[3] > 0 ? sums[2] / sums[3] : std::numeric_limits<double>::quiet_NaN();
+  result_.count = int64_t(sums[1]);
   result_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result_.global_step = trainer.progress().global_step;
 

@@ -13,6 +13,14 @@
 //                               std::make_shared<train::EarlyStopping>(),          // reads it
 //                               std::make_shared<train::CheckpointCallback>("runs/x")});
 //
+// Under data parallelism (docs/distributed.md) the loader may be sharded
+// like the training loader (DataLoaderOptions{.rank, .world_size} = the
+// Trainer's): each rank evaluates its slice of every batch and the sums
+// (loss x count, count, correct) are all-reduced, so every rank logs the
+// whole set's loss and accuracy, what one process would (the loss up to the
+// order of the additions, the accuracy exactly). An unsharded loader is
+// evaluated whole on every rank.
+//
 // Register it before the callbacks that read "val/loss" (the progress bar,
 // the CSV logger, early stopping, checkpoints): the Trainer runs callbacks in
 // registration order. docs/checkpoint_callbacks.md.
@@ -84,7 +92,11 @@ class Validation : public Callback, public io::Stateful {
   void load_state(const io::State& state) override;
 
  private:
-  void write_logs(Trainer& trainer) const;  // result_ -> logs()["<prefix>loss"], ["<prefix>accuracy"]
+  void write_logs(Trainer& trainer) const;
+  // Whether the loader is one rank's shard (its world_size > 1): then the
+  // sums are all-reduced over the Trainer's ranks (an error when the
+  // Trainer's rank and world size differ from the loader's).
+  bool sharded(const Trainer& trainer) const;  // result_ -> logs()["<prefix>loss"], ["<prefix>accuracy"]
 
   std::shared_ptr<data::DataLoader> loader_;
   ValidationOptions options_;
