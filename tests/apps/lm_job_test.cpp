@@ -100,7 +100,7 @@ TEST(LmJob, MemoryBudgetPicksTheBatchAndAResumeKeepsIt) {
   std::string dir = kiln::testing::fresh_dir();
   std::string data = testing::corpus_slice(dir, 8000);
   std::ostringstream log;
-  LmOptions o = tiny(data, dir + "/run", &log);
+  LmOptions o = tiny_lm(data, dir + "/run", &log);
   o.iters = 4;
   o.eval_interval = 2;
   o.eval_iters = 1;
@@ -117,7 +117,7 @@ TEST(LmJob, MemoryBudgetPicksTheBatchAndAResumeKeepsIt) {
 
   // Resumed from step 2 with a different budget: the run's batch, no probes.
   std::ostringstream log2;
-  LmOptions part = tiny(data, dir + "/part", &log2);
+  LmOptions part = tiny_lm(data, dir + "/part", &log2);
   part.iters = 4;
   part.eval_interval = 2;
   part.eval_iters = 1;
@@ -131,7 +131,7 @@ TEST(LmJob, MemoryBudgetPicksTheBatchAndAResumeKeepsIt) {
       << log2.str();
   EXPECT_EQ(b.val_loss, r.val_loss);
 
-  LmOptions bad = tiny(data, dir + "/bad", &log);
+  LmOptions bad = tiny_lm(data, dir + "/bad", &log);
   bad.memory_budget = "lots";
   try {
     train_lm(bad);
