@@ -218,6 +218,16 @@ Tensor to_tensor(const onnx::TensorProto& p, const std::string& path, const std:
 OnnxValueInfo to_value_info(const onnx::ValueInfoProto& v) {
   OnnxValueInfo info;
   info.name = v.name();
+  if (!v.has_type())
+    info.kind = "";
+  else if (v.type().has_sequence_type())
+    info.kind = "sequence";
+  else if (v.type().has_map_type())
+    info.kind = "map";
+  else if (v.type().has_optional_type())
+    info.kind = "optional";
+  else if (v.type().has_sparse_tensor_type())
+    info.kind = "sparse_tensor";
   if (v.has_type() && v.type().has_tensor_type()) {
     const auto& tt = v.type().tensor_type();
     info.elem_type = tt.elem_type();

@@ -71,6 +71,7 @@ struct OnnxDim {
 /// A graph input or output as declared.
 struct OnnxValueInfo {
   std::string name;
+  std::string kind = "tensor";  // "tensor", or "sequence", "map", "optional", "sparse_tensor", "" (undeclared)
   int32_t elem_type = 0;  // ONNX DataType; 0 when not declared (or not a tensor)
   bool has_shape = false;
   std::vector<OnnxDim> shape;
