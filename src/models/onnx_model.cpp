@@ -618,6 +618,34 @@ Outs run_squeeze(const Ctx& c) {
   return {reshape(x, Shape(s))};
 }
 
+// Pad, constant mode: pads [x1_begin, x2_begin, ..., x1_end, x2_end, ...]
+// (input from opset 11, attribute before); negative pads crop.
+Outs run_pad(const Ctx& c) {
+  const Tensor& x = c.input(0);
+  const int64_t r = x.dim();
+  std::vector<int64_t> pads;
+  double value = 0;
+  if (c.opset >= 11) {
+    pads = ints_of(c.input(1), "Pad's pads");
+    if (c.has(2)) value = scalar_of(c.input(2), "Pad's constant_value");
+  } else {
+    pads = attr_ints(c.node, "pads").value_or(std::vector<int64_t>{});
+    value = attr_f(c.node, "value", 0.0);
+  }
+  KILN_CHECK(int64_t(pads.size()) == 2 * r, "onnx", "Pad: {} pads for rank {}", pads.size(), r);
+  std::vector<int64_t> p;
+  for (int64_t d = r; d-- > 0;) {
+    p.push_back(pads[size_t(d)]);
+    p.push_back(pads[size_t(d + r)]);
+  }
+  return {pad(x, p, is_floating(x.dtype()) ? Scalar(value) : Scalar(int64_t(value)))};
+}
+std::string check_pad(const OnnxNode& n, int64_t) {
+  const std::string mode = attr_s(n, "mode", "constant");
+  if (mode != "constant") return "Pad in mode '" + mode + "' (kiln pads with a constant)";
+  return {};
+}
+
 Outs run_expand(const Ctx& c) {
   const Tensor& x = c.input(0);
   Shape target = broadcast_shapes(x.sizes(), Shape(ints_of(c.input(1), "Expand's shape")));
@@ -758,6 +786,7 @@ const std::map<std::string, OpDef>& ops() {
       {"Neg", {run_neg}},
       {"Not", {run_not}},
       {"Or", {run_or}},
+      {"Pad", {run_pad, check_pad}},
       {"Pow", {run_pow}},
       {"Range", {run_range}},
       {"Reciprocal", {run_reciprocal}},
