@@ -289,6 +289,7 @@ OnnxModelFile parse_onnx(const std::string& bytes, const std::string& path) {
   f.producer_name = m.producer_name();
   f.producer_version = m.producer_version();
   for (const auto& o : m.opset_import()) f.opsets[o.domain()] = o.version();
+  if (f.opsets.empty()) fail(path, "the ModelProto imports no operator set (opset_import; truncated file?)");
   const onnx::GraphProto& g = m.graph();
   f.graph_name = g.name();
 
