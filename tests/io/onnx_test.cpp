@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "kiln/io/onnx.h"
+#include "kiln/nn/linear.h"
 #include "tests/support/io_testing.h"
 
 namespace kiln::io {
@@ -202,6 +203,36 @@ TEST(Onnx, ReadsOneTensorProtoFile) {
   EXPECT_EQ(name, "x");
   expect_tensor_eq(t, tensor<float>({1, 2, 3, 4}, {2, 2}));
   EXPECT_KILN_ERROR(read_onnx_tensor(write("y.pb", "\xff\xff")), "not an ONNX TensorProto");
+}
+
+// An ONNX file is a WeightSource (its initializers), so io::translate maps it
+// onto a kiln module: PyTorch's Linear exports as Gemm(transB=1) keeping
+// weight [out, in], kiln's layout, so the identity map fits an MLP of Linears.
+struct Mlp : nn::Module {
+  explicit Mlp(Rngs& rngs)
+      : fc1(register_module("fc1", nn::Linear(20, 32, rngs))),
+        fc2(register_module("fc2", nn::Linear(32, 16, rngs))),
+        fc3(register_module("fc3", nn::Linear(16, 5, rngs))) {}
+  nn::Shared<nn::Linear> fc1, fc2, fc3;
+};
+
+TEST(Onnx, IsAWeightSourceThatTranslatesOntoAModule) {
+  if (!onnx_supported()) GTEST_SKIP();
+  const std::string path = std::string(KILN_GOLDEN_DIR) + "/onnx_mlp.onnx";
+  WeightSource src = WeightSource::open(path);
+  EXPECT_EQ(src.format(), "onnx");
+  EXPECT_EQ(src.names(), (std::vector<std::string>{"fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight", "fc3.bias",
+                                                   "fc3.weight"}));
+  EXPECT_EQ(src.info("fc1.weight").dtype, "F32");
+  EXPECT_EQ(src.info("fc1.weight").shape, Shape({32, 20}));
+  EXPECT_EQ(src.metadata().at("onnx.opset"), "11");
+  EXPECT_FALSE(src.aliases("fc1.weight"));
+  Rngs rngs(0);
+  Mlp mlp(rngs);
+  TranslateReport r = translate(src, mlp, identity_map());
+  EXPECT_EQ(r.source_format, "onnx");
+  OnnxModelFile f = read_onnx(path);
+  for (const auto& [name, t] : f.initializers) expect_tensor_eq(mlp.state_dict().at(name), t);
 }
 
 }  // namespace
