@@ -856,8 +856,10 @@ void check_supported(const io::OnnxModelFile& f, int64_t opset) {
     if (names.size() > 5) list += fmt::format(", ... {} in all", names.size());
     msg += fmt::format("{} (node{} {})", reason, names.size() > 1 ? "s" : "", list);
   }
-  throw Error("onnx", fmt::format("{}: {} unsupported operator{} (nothing was run): {}. kiln runs: {}", f.path,
-                                  bad.size(), bad.size() > 1 ? "s" : "", msg,
+  bool values = false;  // a non-tensor graph input or output among the problems
+  for (const auto& [reason, names] : bad) values = values || names.empty();
+  throw Error("onnx", fmt::format("{}: {} unsupported operator{}{} (nothing was run): {}. kiln runs: {}", f.path,
+                                  bad.size(), bad.size() > 1 ? "s" : "", values ? " or graph values" : "", msg,
                                   fmt::format("{}", fmt::join(onnx_supported_ops(), ", "))));
 }
 
