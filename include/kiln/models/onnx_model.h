@@ -27,7 +27,8 @@ class OnnxModel : public nn::Module {
   /// Checks every node (operator type, domain, attributes that kiln cannot
   /// honour) and throws ONE kiln::Error listing all unsupported operators with
   /// their node names before anything is registered or run:
-  ///   "[onnx] m.onnx: 2 unsupported operators: Loop (node 'loop0'), NonZero (nodes 'nz1', 'nz2') ..."
+  ///   "[onnx] m.onnx: 2 unsupported operators (nothing was run): Loop (node 'loop0'),
+  ///    NonZero (nodes 'nz1', 'nz2'). kiln runs: Abs, Add, ..."
   explicit OnnxModel(io::OnnxModelFile file);
 
   /// Runs the graph on the graph inputs in their declared order (inputs()),
