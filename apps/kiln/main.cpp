@@ -240,13 +240,13 @@ int run(int argc, char** argv) {
   add_integer(gen, "--threads", g.threads, "threads (default: all cores)", 1, kMaxThreads, false);
 
   // Model files (docs/model_files.md).
-  auto* inspect = app.add_subcommand("inspect", "show a model file: format, metadata, tensors (safetensors, GGUF, manifest)");
+  auto* inspect = app.add_subcommand("inspect", "show a model file: format, metadata, tensors (safetensors, GGUF, manifest, ONNX)");
   kiln::app::InspectOptions inspect_o;
   inspect->add_option("file", inspect_o.path, "the file")->required();
   add_integer(inspect, "--max-items", inspect_o.max_items, "array metadata items shown", 0, 1e9);
   auto* convert = app.add_subcommand("convert", "convert a model file (a `kiln train lm` checkpoint -> a GGUF model)");
   kiln::app::ConvertOptions convert_o;
-  convert->add_option("in", convert_o.input, "checkpoint, run folder, safetensors file or manifest, GGUF file")->required();
+  convert->add_option("in", convert_o.input, "checkpoint, run folder, safetensors file or manifest, GGUF file, ONNX model (its initializers)")->required();
   convert->add_option("out", convert_o.output, "a .gguf or .safetensors file")->required();
   convert->add_option("--quantize", convert_o.quantize, "q8_0 or q4_0 (GGUF output)")
       ->check(CLI::IsMember({"q8_0", "q4_0"}));

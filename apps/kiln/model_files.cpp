@@ -2,7 +2,9 @@
 #include "apps/kiln/model_files.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -12,8 +14,10 @@
 #include "kiln/data/tokenizer.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/gguf.h"
+#include "kiln/io/onnx.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/io/weight_source.h"
+#include "kiln/models/onnx_model.h"
 #include "kiln/nn/quantized.h"
 
 namespace kiln::app {
@@ -56,6 +60,38 @@ bool ends_with(const std::string& s, const std::string& e) { return s.size() >= 
 
 bool is_gguf_file(const std::string& path) { return head_bytes(path, 4) == "GGUF"; }
 
+namespace {
+// An ONNX model: header, graph inputs and outputs, operator histogram (and
+// which operators kiln does not run), initializers.
+void inspect_onnx(const InspectOptions& o, std::ostream& out) {
+  io::OnnxModelFile f = io::read_onnx(o.path);
+  std::string opsets;
+  for (const auto& [domain, version] : f.opsets)
+    opsets += fmt::format("{}{} {}", opsets.empty() ? "" : ", ", domain.empty() ? "ai.onnx" : domain, version);
+  out << fmt::format("{}: ONNX, ir_version {}, opset {}, producer {} {}, graph '{}', {} nodes, {} initializers\n",
+                     o.path, f.ir_version, opsets, f.producer_name, f.producer_version, f.graph_name, f.nodes.size(),
+                     f.initializers.size());
+  for (const auto& v : f.inputs) out << fmt::format("  input {} {}\n", v.name, v.describe());
+  for (const auto& v : f.outputs) out << fmt::format("  output {} {}\n", v.name, v.describe());
+  std::vector<std::string> known = models::onnx_supported_ops();
+  std::vector<std::string> missing;
+  for (const auto& [op, n] : f.op_histogram()) {
+    bool runs = std::find(known.begin(), known.end(), op) != known.end();
+    if (!runs) missing.push_back(op);
+    out << fmt::format("  op {} x{}{}\n", op, n, runs ? "" : " (not supported by kiln)");
+  }
+  out << (missing.empty() ? std::string("  kiln runs every operator of this graph\n")
+                          : fmt::format("  kiln does not run: {}\n", fmt::join(missing, ", ")));
+  uint64_t total = 0;
+  for (const auto& [name, t] : f.initializers) {
+    out << fmt::format("  tensor {} {} {} {}\n", name, io::onnx_type_name(io::onnx_type_of(t.dtype())),
+                       to_string(t.sizes()), human_bytes(uint64_t(t.nbytes())));
+    total += uint64_t(t.nbytes());
+  }
+  out << fmt::format("  total {}\n", human_bytes(total));
+}
+}  // namespace
+
 void inspect_file(const InspectOptions& o) {
   std::ostream& out = o.out ? *o.out : std::cout;
   std::string magic = head_bytes(o.path, 8);
@@ -79,6 +115,8 @@ void inspect_file(const InspectOptions& o) {
     out << fmt::format("  total {}\n", human_bytes(total));
     return;
   }
+  // An ONNX ModelProto starts with field 1 (ir_version): byte 0x08.
+  if (magic[0] == '\x08') return inspect_onnx(o, out);
   io::WeightSource src = io::WeightSource::open(o.path);
   std::string config = src.format() == "kiln-checkpoint" ? checkpoint_config(o.path) : std::string();
   out << fmt::format("{}: {}, {} tensors\n", o.path, src.format(), src.names().size());

@@ -12,6 +12,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/io/json_util.h"
+#include "kiln/io/onnx.h"
 #include "kiln/io/read_file.h"
 #include "src/io/gguf_internal.h"
 #include "src/io/safetensors_internal.h"
@@ -97,6 +98,37 @@ void add_gguf(WeightSource::Impl& impl, const std::string& path) {
   }
 }
 
+/// The file dtype names of safetensors ("F32", ...), for an ONNX initializer.
+const char* file_dtype(DType d) {
+  switch (d) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::bf16: return "BF16";
+    case DType::i64: return "I64";
+    case DType::i32: return "I32";
+    case DType::u8: return "U8";
+    case DType::boolean: return "BOOL";
+  }
+  return "?";
+}
+
+/// An ONNX model's initializers. protobuf offers no mapping: the file is parsed
+/// whole here (io::read_onnx validates it) and each load returns a copy.
+void add_onnx(WeightSource::Impl& impl, const std::string& path) {
+  auto file = std::make_shared<const OnnxModelFile>(read_onnx(path));
+  impl.metadata["onnx.ir_version"] = std::to_string(file->ir_version);
+  impl.metadata["onnx.opset"] = std::to_string(file->opset());
+  impl.metadata["onnx.producer"] = file->producer_name + " " + file->producer_version;
+  impl.metadata["onnx.graph"] = file->graph_name;
+  for (size_t i = 0; i < file->initializers.size(); ++i) {
+    const auto& [name, t] = file->initializers[i];
+    WeightSource::Impl::Item item;
+    item.info = {name, file_dtype(t.dtype()), t.sizes(), path, uint64_t(t.nbytes())};
+    item.load = [file, i] { return file->initializers[i].second.clone(); };
+    impl.items.emplace(name, std::move(item));  // names are unique: the reader checks
+  }
+}
+
 /// A shard's path from the manifest: relative, inside the manifest's folder.
 std::string shard_path(const std::string& manifest, const std::string& shard) {
   fs::path p(shard);
@@ -145,8 +177,8 @@ WeightSource WeightSource::open(const std::string& path) {
     add_manifest(*impl, path);
   } else if (!safetensors && !magic.empty() && magic[0] == '\x08') {
     // An ONNX ModelProto starts with field 1 (ir_version) as a varint: byte 0x08.
-    fail(path, "looks like an ONNX model (protobuf); ONNX import is not supported yet (kiln reads safetensors, "
-               "safetensors manifests and GGUF)");
+    impl->format = "onnx";
+    add_onnx(*impl, path);
   } else {
     add_safetensors(*impl, path);
     // A kiln checkpoint is a safetensors file whose metadata carries kiln's format

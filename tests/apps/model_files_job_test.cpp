@@ -14,6 +14,7 @@
 #include "apps/kiln/model_files.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/io/gguf.h"
+#include "kiln/io/onnx.h"
 #include "kiln/io/safetensors.h"
 #include "tests/support/apps_testing.h"
 
@@ -116,6 +117,27 @@ TEST(ModelFilesJob, ConvertsBetweenSafetensorsAndGguf) {
   EXPECT_KILN_ERROR(convert_file({.input = dir + "/m.safetensors", .output = dir + "/x.bin"}), "must end in .gguf");
   EXPECT_KILN_ERROR(load_lm_gguf(dir + "/q.gguf"), "not a language model of `kiln convert`");
   EXPECT_KILN_ERROR(inspect_file({.path = dir + "/none.gguf"}), "cannot read it");
+}
+
+TEST(ModelFilesJob, InspectsAndConvertsOnnxModels) {
+  if (!io::onnx_supported()) GTEST_SKIP() << "built without libonnx-dev";
+  const std::string onnx = std::string(KILN_GOLDEN_DIR) + "/onnx_mlp.onnx";
+  std::ostringstream info;
+  inspect_file({.path = onnx, .out = &info});
+  const std::string text = info.str();
+  for (const char* part : {": ONNX, ir_version ", "opset ai.onnx 11", "producer pytorch 1.13", "input x FLOAT [4, 20]",
+                           "output y FLOAT [4, 5]", "op Gemm x3", "op Relu x1", "kiln runs every operator",
+                           "tensor fc1.weight FLOAT [32, 20] "})
+    EXPECT_NE(text.find(part), std::string::npos) << part << " not in:\n" << text;
+
+  std::string dir = kiln::testing::fresh_dir();
+  std::ostringstream log;
+  convert_file({.input = onnx, .output = dir + "/mlp.safetensors", .out = &log});
+  nn::StateDict back = io::load_safetensors(dir + "/mlp.safetensors");
+  io::OnnxModelFile f = io::read_onnx(onnx);
+  EXPECT_EQ(back.size(), f.initializers.size());
+  for (const auto& [k, v] : f.initializers) EXPECT_TRUE(kiln::testing::equal(back.at(k), v)) << k;
+  EXPECT_EQ(io::read_safetensors_metadata(dir + "/mlp.safetensors").at("onnx.opset"), "11");
 }
 
 }  // namespace

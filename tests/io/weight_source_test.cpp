@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "kiln/io/gguf.h"
+#include "kiln/io/onnx.h"
 #include "tests/support/io_testing.h"
 
 namespace kiln::io {
@@ -141,7 +142,8 @@ TEST(WeightSource, BadManifestsAreRefusedNamingTheProblem) {
   EXPECT_KILN_ERROR(WeightSource::open(dir + "/none.safetensors"), "no such file");
   // An ONNX ModelProto (field 1, ir_version 7, as torch.onnx.export writes first).
   write_bytes(dir + "/m.onnx", std::string("\x08\x07\x12\x07pytorch", 10));
-  EXPECT_KILN_ERROR(WeightSource::open(dir + "/m.onnx"), "looks like an ONNX model");
+  // (A cut-off one: read as ONNX, refused by the ONNX reader.)
+  if (onnx_supported()) EXPECT_KILN_ERROR(WeightSource::open(dir + "/m.onnx"), "m.onnx: not an ONNX model");
 }
 
 TEST(WeightSource, NamesKilnCheckpointsAsSuch) {

@@ -24,7 +24,8 @@ struct WeightInfo {
 
 class WeightSource {
  public:
-  /// Opens `path`: a safetensors file, a GGUF file (by its magic), or a
+  /// Opens `path`: a safetensors file, a GGUF file (by its magic), an ONNX
+  /// model (its initializers, by the ModelProto's first byte), or a
   /// manifest (a JSON file with a "weight_map"; shard paths are relative to the
   /// manifest's folder). Every file's header is validated here, and for a
   /// manifest every name must be in the shard it names and each shard's
@@ -35,8 +36,8 @@ class WeightSource {
   static WeightSource open(const std::string& path);
 
   /// "safetensors", "kiln-checkpoint" (a safetensors file of io::Checkpoint,
-  /// its tensors under their objects' prefixes), "gguf" or "safetensors-sharded".
-  /// An ONNX file is refused by name (not supported yet).
+  /// its tensors under their objects' prefixes), "gguf", "safetensors-sharded"
+  /// or "onnx" (a ModelProto's initializers; parsed whole, loads are copies).
   const std::string& format() const;
   /// Every tensor's name, sorted.
   std::vector<std::string> names() const;
