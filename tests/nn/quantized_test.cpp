@@ -10,6 +10,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "src/backend/cpu/quant/quant.h"
 #include "tests/support/nn_testing.h"
@@ -88,33 +91,105 @@ TEST(Quantized, MatrixVectorErrorWithinTargets) {
   }
 }
 
-TEST(Quantized, KernelsMatchTheReferenceOnBothIsas) {
+// The kernels quantize each input row per 32-block (int8 for Q4, int16 for
+// Q8) before their integer dot products, so against the f64 reference they
+// differ by x's rounding only: |x - x'| <= d / 2 with d = max|x_block| / qmax,
+// so |y - ref| <= sum_b d_b / 2 * sum_j |w_bj| (w the dequantized weights),
+// plus f32 summation (1e-5 of sum |w x|). The bound is computed here from the
+// input and the weights alone, not from the kernels' own quantized x.
+double x_rounding_bound(const Tensor& wd, const float* x, int64_t r, int64_t cols, double qmax) {
+  double bound = 0, mag = 0;
+  for (int64_t b = 0; b < cols / kQuantBlock; ++b) {
+    double amax = 0, wsum = 0;
+    for (int64_t j = b * kQuantBlock; j < (b + 1) * kQuantBlock; ++j) {
+      amax = std::max(amax, double(std::fabs(x[j])));
+      wsum += std::fabs(wd.data<float>()[r * cols + j]);
+      mag += std::fabs(double(wd.data<float>()[r * cols + j]) * x[j]);
+    }
+    bound += amax / qmax / 2 * wsum;
+  }
+  return bound * 1.001 + 1e-5 * mag + 1e-30;
+}
+
+/// Every kernel this CPU can run: both ISA copies, and on an AVX512-VNNI CPU
+/// the AVX-512 copy with and without vpdpbusd.
+void for_each_quant_kernel(const std::function<void(const std::string&)>& body) {
+  for_each_kernel_isa([&](KernelIsa isa) {
+    if (isa == KernelIsa::avx512 && cpu::q4_0_uses_vnni()) {
+      body("avx512-vnni");
+      bool saved = cpu::detail::set_quant_vnni_allowed(false);
+      EXPECT_FALSE(cpu::q4_0_uses_vnni());
+      body("avx512 without vnni");
+      cpu::detail::set_quant_vnni_allowed(saved);
+    } else {
+      body(cpu::quant_kernel_name());
+    }
+  });
+}
+
+TEST(Quantized, KernelsMatchTheReferenceOnEveryIsa) {
+  std::printf("quantized products here: %s\n", cpu::quant_kernel_name());
   Generator gen(3);
-  for (int64_t rows : {1, 7, 40}) {
-    for (int64_t batch : {1, 3, 4, 5, 9}) {
-      int64_t cols = 96;
-      Tensor w = randn({rows, cols}, gen), x = randn({batch, cols}, gen);
-      for (QuantType type : {QuantType::q8_0, QuantType::q4_0}) {
-        QuantizedTensor q = quantize(w, type);
-        const auto* codes = static_cast<const uint8_t*>(q.codes.data_ptr());
-        std::vector<float> want(size_t(rows * batch));
-        if (type == QuantType::q8_0)
-          cpu::ref::q8_0_matmul(reinterpret_cast<const int8_t*>(codes), q.scales.data<float>(), rows, cols,
-                                x.data<float>(), batch, want.data());
-        else
-          cpu::ref::q4_0_matmul(codes, q.scales.data<float>(), rows, cols, x.data<float>(), batch, want.data());
-        // The reference equals the dequantized matrix times x.
-        Tensor yd = linear(x, dequantize(q));
-        for_each_kernel_isa([&](KernelIsa) {
-          Tensor y = quantized_linear(x, q);
-          for (size_t i = 0; i < want.size(); ++i) {
-            ASSERT_NEAR(y.data<float>()[i], want[i], 1e-4 * (1 + std::fabs(want[i])))
-                << quant_type_name(type) << " rows " << rows << " batch " << batch << " at " << i;
+  // cols 32..256: whole and partial groups of blocks (AVX-512 takes 4 blocks
+  // of Q4 codes at a time, AVX2 2); rows: whole and partial tiles of 4.
+  for (int64_t cols : {32, 96, 224, 256}) {
+    for (int64_t rows : {1, 7, 40}) {
+      for (int64_t batch : {1, 3, 4, 5, 9}) {
+        Tensor w = randn({rows, cols}, gen), x = randn({batch, cols}, gen);
+        if (cols == 224) {  // a zero block, a block with one large value, tiny values
+          for (int64_t j = 0; j < 32; ++j) x.data<float>()[j] = 0.0f;
+          x.data<float>()[40] = 300.0f;
+          for (int64_t j = 64; j < 96; ++j) x.data<float>()[j] *= 1e-30f;
+        }
+        for (QuantType type : {QuantType::q8_0, QuantType::q4_0}) {
+          QuantizedTensor q = quantize(w, type);
+          Tensor wd = dequantize(q);
+          const auto* codes = static_cast<const uint8_t*>(q.codes.data_ptr());
+          std::vector<float> want(size_t(rows * batch));
+          if (type == QuantType::q8_0)
+            cpu::ref::q8_0_matmul(reinterpret_cast<const int8_t*>(codes), q.scales.data<float>(), rows, cols,
+                                  x.data<float>(), batch, want.data());
+          else
+            cpu::ref::q4_0_matmul(codes, q.scales.data<float>(), rows, cols, x.data<float>(), batch, want.data());
+          // The reference equals the dequantized matrix times x.
+          Tensor yd = linear(x, wd);
+          for (size_t i = 0; i < want.size(); ++i)
             ASSERT_NEAR(yd.data<float>()[i], want[i], 1e-4 * (1 + std::fabs(want[i])));
-          }
-        });
+          const double qmax = type == QuantType::q8_0 ? 32767 : 127;
+          for_each_quant_kernel([&](const std::string& kernel) {
+            Tensor y = quantized_linear(x, q);
+            double worst = 0;  // largest error as a fraction of its bound
+            for (int64_t k = 0; k < batch; ++k)
+              for (int64_t r = 0; r < rows; ++r) {
+                double got = y.data<float>()[k * rows + r], ref = want[size_t(k * rows + r)];
+                double bound = x_rounding_bound(wd, x.data<float>() + k * cols, r, cols, qmax);
+                ASSERT_LE(std::fabs(got - ref), bound) << quant_type_name(type) << " " << kernel << " cols " << cols
+                                                       << " rows " << rows << " batch " << batch << " at " << k
+                                                       << ", " << r;
+                worst = std::max(worst, std::fabs(got - ref) / bound);
+              }
+            EXPECT_GT(worst, 0.0);  // x was rounded (the bound is not vacuous)
+          });
+        }
       }
     }
+  }
+}
+
+// The kernels of every ISA give the same integer sums: their results agree to
+// f32 summation order (much tighter than the bound above).
+TEST(Quantized, KernelsAgreeWithEachOther) {
+  Generator gen(5);
+  const int64_t rows = 37, cols = 352, batch = 2;
+  Tensor w = randn({rows, cols}, gen), x = randn({batch, cols}, gen);
+  for (QuantType type : {QuantType::q8_0, QuantType::q4_0}) {
+    QuantizedTensor q = quantize(w, type);
+    std::vector<Tensor> ys;
+    for_each_quant_kernel([&](const std::string&) { ys.push_back(quantized_linear(x, q)); });
+    for (size_t v = 1; v < ys.size(); ++v)
+      for (int64_t i = 0; i < rows * batch; ++i)
+        EXPECT_NEAR(ys[v].data<float>()[i], ys[0].data<float>()[i], 2e-5 * (1 + std::fabs(ys[0].data<float>()[i])))
+            << quant_type_name(type) << " kernel " << v << " at " << i;
   }
 }
 
