@@ -193,6 +193,113 @@ TEST(Quantized, KernelsAgreeWithEachOther) {
   }
 }
 
+// From kDequantizeBatch (32) rows of x, quantized_linear multiplies by the
+// dequantized matrix in f32: no rounding of x, the reference's result.
+TEST(Quantized, LargeBatchesUseTheDequantizedMatrix) {
+  Generator gen(9);
+  const int64_t rows = 24, cols = 64, batch = 40;
+  Tensor w = randn({rows, cols}, gen), x = randn({batch, cols}, gen), b = randn({rows}, gen);
+  for (QuantType type : {QuantType::q8_0, QuantType::q4_0}) {
+    QuantizedTensor q = quantize(w, type);
+    Tensor want = linear(x, dequantize(q), b);
+    Tensor y = quantized_linear(x, q, b);
+    ASSERT_EQ(y.shape(), (Shape{batch, rows}));
+    for (int64_t i = 0; i < y.numel(); ++i)
+      EXPECT_NEAR(y.data<float>()[i], want.data<float>()[i], 1e-5 * (1 + std::fabs(want.data<float>()[i])));
+  }
+}
+
+/// Copies of `m`'s quantizable weights replaced by their dequantized values:
+/// the f32 model the quantized one stands for.
+void load_dequantized(Module& m, QuantType type) {
+  NoGradGuard no_grad;
+  for (auto& [name, p] : m.named_parameters())
+    if (p.value().dim() == 2 && p.value().size(1) % kQuantBlock == 0)
+      copy_(p.value(), dequantize(quantize(p.value(), type)));
+}
+
+// MultiheadAttention's packed in-projection [3D, D] is quantized with the
+// Linear layers; self- and cross-attention read the q, k, v rows of one copy.
+TEST(Quantized, MultiheadAttentionInProjectionIsQuantized) {
+  Rngs rngs(21);
+  Init init(rngs);
+  Generator gen(22);
+  MultiheadAttention mha(64, 4, init);
+  Tensor x = randn({2, 5, 64}, gen), mem = randn({2, 3, 64}, gen), val = randn({2, 3, 64}, gen);
+  EXPECT_EQ(quantize(mha, QuantType::q8_0), 2);  // in_proj_weight and out_proj
+  ASSERT_TRUE(mha.in_proj_quantized);
+  EXPECT_EQ(mha.in_proj_quantized->shape, (Shape{192, 64}));
+  Tensor yq, cq, dq;
+  {
+    NoGradGuard no_grad;
+    yq = mha.forward(x, x, x, {.need_weights = false}).output;
+    cq = mha.forward(x, mem, mem, {.need_weights = false}).output;
+    dq = mha.forward(x, mem, val, {.need_weights = false}).output;
+  }
+  mha.in_proj_quantized = nullptr;
+  mha.out_proj->quantized = nullptr;
+  load_dequantized(mha, QuantType::q8_0);
+  NoGradGuard no_grad;
+  Tensor y = mha.forward(x, x, x, {.need_weights = false}).output;
+  Tensor c = mha.forward(x, mem, mem, {.need_weights = false}).output;
+  Tensor d = mha.forward(x, mem, val, {.need_weights = false}).output;
+  // Q8's int16 rounding of x: about 1e-5 of |y|.
+  for (auto [got, want] : {std::pair{yq, y}, std::pair{cq, c}, std::pair{dq, d}})
+    for (int64_t i = 0; i < want.numel(); ++i)
+      ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 2e-4 * (1 + std::fabs(want.data<float>()[i]))) << i;
+}
+
+// release_float_weights: the f32 weights of quantized layers are freed (one
+// shared zero each), inference still runs, training through them is refused.
+TEST(Quantized, ReleasedFloatWeightsFreeTheirMemory) {
+  Rngs rngs(31);
+  Init init(rngs);
+  Generator gen(32);
+  Sequential net(Linear(64, 96, init), ReLU(), Linear(96, 64, init));
+  MultiheadAttention mha(64, 2, init);
+  Tensor x = randn({3, 64}, gen);
+  Tensor y_kept, a_kept;
+  {
+    NoGradGuard no_grad;
+    quantize(net, QuantType::q4_0);
+    quantize(mha, QuantType::q4_0);
+    y_kept = net.forward(x);
+    a_kept = mha.forward(x.unsqueeze(0), x.unsqueeze(0), x.unsqueeze(0), {.need_weights = false}).output;
+  }
+  EXPECT_EQ(quantize(net, QuantType::q4_0, {.release_float_weights = true}), 2);
+  EXPECT_EQ(quantize(mha, QuantType::q4_0, {.release_float_weights = true}), 2);
+  for (const Tensor& w : {net.at<Linear>(0)->weight.value(), net.at<Linear>(2)->weight.value(),
+                          mha.in_proj_weight.value(), mha.out_proj->weight.value()}) {
+    EXPECT_TRUE(is_released(w));
+    EXPECT_EQ(w.storage()->nbytes(), sizeof(float));
+  }
+  EXPECT_EQ(net.at<Linear>(0)->weight.shape(), (Shape{96, 64}));  // structure and keys unchanged
+  EXPECT_FALSE(is_released(net.at<Linear>(0)->bias.value()));
+  {
+    NoGradGuard no_grad;
+    EXPECT_TRUE(equal(net.forward(x), y_kept));
+    EXPECT_TRUE(equal(mha.forward(x.unsqueeze(0), x.unsqueeze(0), x.unsqueeze(0), {.need_weights = false}).output,
+                      a_kept));
+  }
+  EXPECT_KILN_ERROR(net.forward(x), "released for quantized inference");
+  EXPECT_KILN_ERROR(mha.forward(x.unsqueeze(0), x.unsqueeze(0), x.unsqueeze(0)), "released for quantized inference");
+  EXPECT_KILN_ERROR(quantize(net, QuantType::q8_0), "released");
+}
+
+TEST(Quantized, AttachQuantizedByStateDictName) {
+  Rngs rngs(41);
+  Init init(rngs);
+  Generator gen(42);
+  Sequential net(Linear(32, 8, init), Linear(8, 4, init));
+  auto q = std::make_shared<const QuantizedTensor>(quantize(randn({8, 32}, gen), QuantType::q8_0));
+  EXPECT_EQ(attach_quantized(net, {{"0.weight", q}}), 1);
+  EXPECT_EQ(net.at<Linear>(0)->quantized, q);
+  auto wrong = std::make_shared<const QuantizedTensor>(quantize(randn({16, 32}, gen), QuantType::q8_0));
+  net.at<Linear>(0)->quantized = nullptr;
+  EXPECT_KILN_ERROR(attach_quantized(net, {{"0.weight", q}, {"1.weight", wrong}}), "1.weight: quantized [16, 32]");
+  EXPECT_FALSE(net.at<Linear>(0)->quantized);  // all or nothing
+}
+
 TEST(Quantized, DequantizeInvertsCodesExactlyOnRepresentableValues) {
   // Values k * scale with |k| <= 127 and a half scale quantize without error in Q8.
   Tensor x = Tensor::empty({2, 32}, kF32);
