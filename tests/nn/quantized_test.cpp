@@ -193,6 +193,46 @@ TEST(Quantized, KernelsAgreeWithEachOther) {
   }
 }
 
+// A NaN or an infinity in x reaches y as in f32 (the integer kernels hand
+// such inputs to the reference); subnormal inputs quantize without overflow.
+TEST(Quantized, NonFiniteAndSubnormalInputs) {
+  Generator gen(13);
+  Tensor w = randn({8, 64}, gen);
+  for (QuantType type : {QuantType::q8_0, QuantType::q4_0}) {
+    QuantizedTensor q = quantize(w, type);
+    for_each_quant_kernel([&](const std::string& kernel) {
+      Tensor x = randn({2, 64}, gen);
+      x.data<float>()[3] = std::nanf("");
+      x.data<float>()[64 + 40] = INFINITY;
+      Tensor y = quantized_linear(x, q);
+      for (int64_t r = 0; r < 8; ++r) {
+        EXPECT_TRUE(std::isnan(y.data<float>()[r])) << kernel;
+        EXPECT_FALSE(std::isfinite(y.data<float>()[8 + r])) << kernel;
+      }
+      Tensor tiny = randn({1, 64}, gen);
+      for (int64_t i = 0; i < 64; ++i) tiny.data<float>()[i] *= 1e-40f;  // subnormal
+      Tensor yt = quantized_linear(tiny, q);
+      std::vector<float> want(8);
+      const auto* codes = static_cast<const uint8_t*>(q.codes.data_ptr());
+      if (type == QuantType::q8_0)
+        cpu::ref::q8_0_matmul(reinterpret_cast<const int8_t*>(codes), q.scales.data<float>(), 8, 64,
+                              tiny.data<float>(), 1, want.data());
+      else
+        cpu::ref::q4_0_matmul(codes, q.scales.data<float>(), 8, 64, tiny.data<float>(), 1, want.data());
+      // Subnormal arithmetic keeps few bits: within 2% of sum |w x| (not
+      // of y, which may cancel).
+      Tensor wd = dequantize(q);
+      for (int64_t r = 0; r < 8; ++r) {
+        double mag = 0;
+        for (int64_t c = 0; c < 64; ++c) mag += std::fabs(double(wd.data<float>()[r * 64 + c]) * tiny.data<float>()[c]);
+        ASSERT_TRUE(std::isfinite(yt.data<float>()[r])) << kernel;
+        EXPECT_NE(yt.data<float>()[r], 0.0f) << kernel;
+        EXPECT_NEAR(yt.data<float>()[r], want[size_t(r)], 0.02 * mag) << kernel;
+      }
+    });
+  }
+}
+
 // From kDequantizeBatch (32) rows of x, quantized_linear multiplies by the
 // dequantized matrix in f32: no rounding of x, the reference's result.
 TEST(Quantized, LargeBatchesUseTheDequantizedMatrix) {

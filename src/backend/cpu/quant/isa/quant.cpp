@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -77,8 +78,14 @@ template <class Put>
 float quantize_block(const float* x, float q_max, Put put) {
   float amax = 0.0f;
   for (int64_t j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
-  const float d = amax / q_max, id = d != 0.0f ? 1.0f / d : 0.0f;
-  for (int64_t j = 0; j < kQuantBlock; ++j) put(j, int32_t(std::clamp(std::round(x[j] * id), -q_max, q_max)));
+  // x / d, not x * (1 / d): a block of subnormals has a d whose reciprocal
+  // overflows. Such a d is coarse (a few bits): raised until no |x| / d
+  // exceeds q_max, so nothing is clipped (the error stays below d / 2).
+  float d = amax / q_max;
+  while (d != 0.0f && d < std::numeric_limits<float>::min() && amax / d > q_max + 0.5f)
+    d = std::nextafter(d, std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < kQuantBlock; ++j)
+    put(j, d != 0.0f ? int32_t(std::clamp(std::round(x[j] / d), -q_max, q_max)) : 0);
   return d;
 }
 
@@ -124,6 +131,7 @@ void quantize_q8_input(const float* x, int64_t cols, Q8Input& in) {
 using VF = __m512;
 using VI = __m512i;
 inline VF zero() { return _mm512_setzero_ps(); }
+inline VF set1(float v) { return _mm512_set1_ps(v); }
 inline float hsum(VF v) { return _mm512_reduce_add_ps(v); }
 inline VF fma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 inline VF mul(VF a, VF b) { return _mm512_mul_ps(a, b); }
@@ -164,6 +172,7 @@ inline VI q8_block_dot(const int8_t* codes, const int16_t* qx) {
 using VF = __m256;
 using VI = __m256i;
 inline VF zero() { return _mm256_setzero_ps(); }
+inline VF set1(float v) { return _mm256_set1_ps(v); }
 inline float hsum(VF v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -269,17 +278,23 @@ void q8_tile(const int8_t* codes, const float* scales, int64_t r0, int64_t cols,
     for (int r = 0; r < NR; ++r) acc[r] = zero();
     for (int64_t b = 0; b < nblocks; ++b) {
       const int16_t* xb = in.qx.data() + b * kQuantBlock;
-      const float dx = in.dx[size_t(b)];
+      // (dot * dx) * dw: dx * dw alone can underflow (x subnormal: dx ~ 1e-45).
+      const VF dx = set1(in.dx[size_t(b)]);
       for (int r = 0; r < NR; ++r) {
         VI d = q8_block_dot(codes + (r0 + r) * cols + b * kQuantBlock, xb);
-        VF sc;
-        if constexpr (KILN_QUANT_SIMD == 512) sc = _mm512_set1_ps(scales[(r0 + r) * nblocks + b] * dx);
-        else sc = _mm256_set1_ps(scales[(r0 + r) * nblocks + b] * dx);
-        acc[r] = fma(cvt(d), sc, acc[r]);
+        acc[r] = fma(mul(cvt(d), dx), set1(scales[(r0 + r) * nblocks + b]), acc[r]);
       }
     }
     for (int r = 0; r < NR; ++r) y[int64_t(k) * rows + r0 + r] = hsum(acc[r]);
   }
+}
+
+/// Whether every x is finite: the integer kernels cannot carry a NaN or an
+/// infinity (the reference, which propagates them as f32 would, runs instead).
+bool all_finite(const float* x, int64_t n) {
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i) ok &= std::isfinite(x[i]);
+  return ok;
 }
 
 /// Tiles of kTileRows rows in parallel; the last tile may be shorter.
@@ -305,6 +320,7 @@ void over_tiles(int64_t rows, Tile tile) {
 void q8_0_matmul(const int8_t* codes, const float* scales, int64_t rows, int64_t cols, const float* x,
                  int64_t batch, float* y) {
 #ifdef KILN_QUANT_SIMD
+  if (!all_finite(x, batch * cols)) return ref::q8_0_matmul(codes, scales, rows, cols, x, batch, y);
   std::vector<Q8Input> inputs(static_cast<size_t>(batch));
   for (int64_t k = 0; k < batch; ++k) quantize_q8_input(x + k * cols, cols, inputs[size_t(k)]);
   over_tiles(rows, [&](auto nr, int64_t r0) { q8_tile<decltype(nr)::value>(codes, scales, r0, cols, inputs, rows, y); });
@@ -316,6 +332,7 @@ void q8_0_matmul(const int8_t* codes, const float* scales, int64_t rows, int64_t
 void q4_0_matmul(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, const float* x,
                  int64_t batch, float* y, bool vnni) {
 #ifdef KILN_QUANT_SIMD
+  if (!all_finite(x, batch * cols)) return ref::q4_0_matmul(codes, scales, rows, cols, x, batch, y);
   std::vector<Q4Input> inputs(static_cast<size_t>(batch));
   for (int64_t k = 0; k < batch; ++k) quantize_q4_input(x + k * cols, cols, inputs[size_t(k)]);
 #ifdef KILN_QUANT_VNNI
