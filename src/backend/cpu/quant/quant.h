@@ -61,7 +61,9 @@ void dequantize_row_q4_0(const uint8_t* codes, const float* scales, int64_t n, f
 /// Chooses the kernel ISA at run time; parallel over rows. The kernels
 /// quantize each x row per 32-block first (int8 for Q4_0, int16 for Q8_0) and
 /// take integer dot products (isa/quant.cpp): y differs from ref:: by x's
-/// rounding only, |x - x'| <= max|x_block| / 254 (Q4) or / 65534 (Q8).
+/// rounding only, |x - x'| <= max|x_block| / 254 (Q4) or / 65534 (Q8) (for a
+/// block of subnormals up to twice that). An x with a NaN or an infinity runs
+/// the reference (it reaches y as in f32).
 void q8_0_matmul(const int8_t* codes, const float* scales, int64_t rows, int64_t cols, const float* x,
                  int64_t batch, float* y);
 void q4_0_matmul(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, const float* x,

@@ -16,8 +16,10 @@
 //         target would not hold; int16 costs the same instructions here.
 // The integer sums are exact; x's rounding is the only difference from
 // ref::q*_matmul (bounded by tests/nn/quantized_test.cpp: each |x - qx dx| <=
-// dx / 2). Batch 1 on a large matrix is bound by memory, and the integer
-// kernels leave the cores far below it (docs/model_files.md, Speed).
+// dx / 2). Batch 1 on a large matrix is bound by memory: one core running
+// these kernels consumes codes about as fast as the memory delivers them (the
+// f32-decoding kernels they replace managed a third of that;
+// docs/model_files.md, Speed).
 //
 // Rows go in tiles of kTileRows sharing each loaded block of x (in L1); the
 // inputs of a small batch reuse the tile's codes from cache. Tiles are split
