@@ -7,8 +7,12 @@
 //                  1 GiB f32 array on all threads (the ceiling of a batch-1 product)
 //   gpt_generate_q batch-1 generation tokens/s of a 12-layer, width-768 GPT
 //                  (GPT-2 small's shape: V 50257, H 12, block 1024) at f32,
-//                  Q8_0 and Q4_0 (nn::quantize: every Linear; the attention
-//                  in-projection stays f32), a 16-token prompt and 48 new tokens
+//                  Q8_0 and Q4_0 (nn::quantize: every Linear, each block's
+//                  packed attention in-projection and the tied lm_head), a
+//                  16-token prompt and 48 new tokens (KILN_BENCH_GPT_TOKENS=N
+//                  for a quick smoke run)
+#include <algorithm>
+#include <cstdlib>
 #include <mutex>
 
 #include "bench/bench.h"
@@ -94,7 +98,9 @@ void gpt_generate_q_bench(const std::string& name) {
   Generator gen(1);
   std::vector<int64_t> prompt(16);
   for (auto& t : prompt) t = int64_t(gen.next_u64() % uint64_t(cfg.vocab_size));
-  const models::GenerateOptions o{.max_new_tokens = 48, .temperature = 1.0, .seed = 0};
+  const char* tokens = std::getenv("KILN_BENCH_GPT_TOKENS");
+  const models::GenerateOptions o{.max_new_tokens = tokens ? std::max(1, std::atoi(tokens)) : 48, .temperature = 1.0,
+                                  .seed = 0};
   for (const char* kind : {"f32", "q8_0", "q4_0"}) {
     if (std::string(kind) != "f32") nn::quantize(gpt, nn::parse_quant_type(kind));
     double sec = seconds_per_call([&] { models::generate(gpt, prompt, o); }, 2.0);

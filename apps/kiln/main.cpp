@@ -10,6 +10,7 @@
 //   kiln rl dqn cartpole | kiln rl sac pendulum [--total-steps N] [--eval-every N] [--eval-episodes N] ...
 //   kiln control RUN_DIR status|pause|resume|stop|checkpoint|evaluate|set NAME=VALUE
 //   kiln inspect FILE | kiln convert IN OUT [--quantize q8_0|q4_0] (apps/kiln/model_files.h)
+//   kiln eval lm --checkpoint PATH --data FILE [--batches N] [--batch-size B] [--seed S] (apps/kiln/eval_lm.h)
 //
 // Every job (train and rl) takes the same run flags (apps/kiln/run_flags.h):
 // --out DIR --seed N --threads N --resume [latest|PATH] --overwrite
@@ -35,6 +36,7 @@
 #include "apps/kiln/cli_numbers.h"
 #include "apps/kiln/control_socket.h"
 #include "apps/kiln/distributed_job.h"
+#include "apps/kiln/eval_lm.h"
 #include "apps/kiln/fashion_mnist.h"
 #include "apps/kiln/vqvae_cli.h"
 #include "apps/kiln/flow_cli.h"
@@ -251,6 +253,16 @@ int run(int argc, char** argv) {
   convert->add_option("--quantize", convert_o.quantize, "q8_0 or q4_0 (GGUF output)")
       ->check(CLI::IsMember({"q8_0", "q4_0"}));
 
+  CLI::App* eval_cmd = app.get_subcommand("eval");  // added with `kiln eval flow` (apps/kiln/flow_cli.h)
+  auto* eval_lm = eval_cmd->add_subcommand("lm", "val loss of a `kiln train lm` checkpoint or a GGUF of `kiln convert` (quantized too)");
+  kiln::app::EvalLmOptions eval_lm_o;
+  eval_lm->add_option("--checkpoint", eval_lm_o.checkpoint, "a checkpoint file, a run folder, or a GGUF model")->required();
+  eval_lm->add_option("--data", eval_lm_o.data, "the text the model was trained on")->required();
+  add_integer(eval_lm, "--batches", eval_lm_o.batches, "batches (train lm's --eval-iters)", 1, 1e9);
+  add_integer(eval_lm, "--batch-size", eval_lm_o.batch_size, "windows per batch (train lm's --batch-size)", 1, kMaxBatch);
+  add_integer(eval_lm, "--seed", eval_lm_o.seed, "train lm's --seed (which windows)", 0, kMaxSeed);
+  add_integer(eval_lm, "--threads", eval_lm_o.threads, "threads (default: all cores)", 1, kMaxThreads, false);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -291,6 +303,10 @@ int run(int argc, char** argv) {
   }
   if (inspect->parsed()) kiln::app::inspect_file(inspect_o);
   if (convert->parsed()) kiln::app::convert_file(convert_o);
+  if (eval_lm->parsed()) {
+    clamp_threads(eval_lm_o.threads);
+    kiln::app::eval_lm(eval_lm_o);
+  }
   if (gen->parsed()) {
     clamp_threads(g.threads);
     kiln::app::generate_text(g);

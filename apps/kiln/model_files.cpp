@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
@@ -251,28 +253,32 @@ LanguageModel load_lm_gguf(const std::string& path) {
   nn::StateDict want = lm.model->state_dict();
   nn::StateDict load;
   std::map<std::string, std::shared_ptr<const nn::QuantizedTensor>> quantized;
+  std::vector<std::string> quantized_names;
+  std::optional<nn::QuantType> qtype;
   for (const auto& [name, t] : want) {
     const io::GgufTensorInfo& info = g.tensor(name);  // throws naming a missing one
     KILN_CHECK(info.shape == t.shape(), op, "{}: tensor '{}' is {} in the file, {} in the model", path, name,
                to_string(info.shape), to_string(t.shape()));
     if (info.type == uint32_t(io::GgmlType::q8_0) || info.type == uint32_t(io::GgmlType::q4_0)) {
+      // Kept as codes only: no f32 copy is made (the model's f32 weight is released below).
       auto qt = std::make_shared<const nn::QuantizedTensor>(g.load_quantized(name));
-      load.insert(name, nn::dequantize(*qt));
       quantized[name] = qt;
+      quantized_names.push_back(name);
+      qtype = qt->type;
     } else {
       load.insert(name, g.load(name).to(t.dtype()));
     }
   }
   KILN_CHECK(g.tensors().size() == want.size(), op, "{}: {} tensors in the file, {} in the model", path,
              g.tensors().size(), want.size());
-  lm.model->load_state_dict(load);
-  // The Linear layers whose weights were quantized multiply by the file's codes.
-  for (auto& [mname, m] : lm.model->named_modules()) {
-    auto* linear = dynamic_cast<nn::Linear*>(m);
-    if (!linear) continue;
-    auto it = quantized.find(mname.empty() ? "weight" : mname + ".weight");
-    if (it != quantized.end()) linear->quantized = it->second;
-  }
+  lm.model->load_state_dict(load, {.optional_keys = quantized_names});
+  // The layers whose weights the file quantized multiply by its codes, and
+  // their f32 weights (random until now) are freed: the model's memory is the
+  // codes', plus the f32 embeddings and norms.
+  nn::attach_quantized(*lm.model, quantized, {.release_float_weights = true});
+  // A tied head's table is the embedding's (f32 in the file); the head itself
+  // multiplies by a copy quantized like the blocks.
+  if (qtype && !lm.model->lm_head->quantized) nn::quantize(*lm.model->lm_head, *qtype);
   lm.model->eval();
   return lm;
 }

@@ -30,6 +30,10 @@ TiedLinear::TiedLinear(const nn::Parameter& w) {
 }
 
 Tensor TiedLinear::forward(const Tensor& x) const {
+  if (quantized && !GradMode::is_enabled()) return to_compute(nn::quantized_linear(x, *quantized));
+  KILN_CHECK(!nn::is_released(weight), "TiedLinear",
+             "weight was released for quantized inference (QuantizeOptions::release_float_weights): a forward "
+             "needs grad mode off");
   // Mixed precision (docs/mixed_precision.md): input and the tied table in the compute dtype.
   return linear(to_compute(x), to_compute(weight), Tensor());
 }

@@ -11,6 +11,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/nn/quantized.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/dropout.h"
@@ -187,7 +188,33 @@ AttentionOutput MultiheadAttention::run(const Tensor& query_in, const Tensor& ke
   // ---- projections: q [B, Tq, D], k [B, Tk, D], v [B, Tk, D] ----
   const Tensor bias = to_compute(in_proj_bias);
   Tensor q, k, v;
-  if (in_proj_weight.defined()) {
+  if (in_proj_weight.defined() && in_proj_quantized && !GradMode::is_enabled()) {
+    // The quantized copy's rows [begin, begin + n) are the q, k or v projection.
+    const QuantizedTensor& qw = *in_proj_quantized;
+    auto rows = [&](int64_t begin, int64_t n) {
+      QuantizedTensor p = qw;
+      p.shape = {n, qw.cols()};
+      p.codes = narrow(qw.codes, 0, begin, n);
+      p.scales = narrow(qw.scales, 0, begin, n);
+      return p;
+    };
+    auto proj = [&](const Tensor& x, int64_t begin, int64_t n) {
+      return to_compute(quantized_linear(x, n == 3 * D ? qw : rows(begin, n), maybe_narrow(bias, begin, n)));
+    };
+    if (query.is_same(key) && key.is_same(value)) {
+      std::vector<Tensor> qkv = split(proj(query, 0, 3 * D), D, 2);
+      q = qkv[0];
+      k = qkv[1];
+      v = qkv[2];
+    } else {
+      q = proj(query, 0, D);
+      k = proj(key, D, D);
+      v = proj(value, 2 * D, D);
+    }
+  } else if (in_proj_weight.defined()) {
+    KILN_CHECK(!is_released(in_proj_weight), kMha,
+               "in_proj_weight was released for quantized inference (QuantizeOptions::release_float_weights): a "
+               "forward needs grad mode off");
     const Tensor w = to_compute(in_proj_weight);
     if (query.is_same(key) && key.is_same(value)) {  // self-attention: one GEMM for q, k, v
       // [B, T, 3D] -> three views; split's vjp joins their grads with one cat.

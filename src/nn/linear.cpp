@@ -16,7 +16,10 @@ Linear::Linear(int64_t in, int64_t out, const Init& init, bool with_bias) : in_f
 }
 
 Tensor Linear::forward(const Tensor& x) const {
-  if (quantized && !GradMode::is_enabled()) return quantized_linear(x, *quantized, bias);
+  if (quantized && !GradMode::is_enabled()) return to_compute(quantized_linear(x, *quantized, bias));
+  KILN_CHECK(!is_released(weight), "Linear",
+             "weight [{}, {}] was released for quantized inference (QuantizeOptions::release_float_weights): a "
+             "forward needs grad mode off", out_features, in_features);
   // Mixed precision (docs/mixed_precision.md): input and parameters in the compute dtype.
   return linear(to_compute(x), to_compute(weight), to_compute(bias));
 }

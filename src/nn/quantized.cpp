@@ -10,10 +10,14 @@
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/parallel.h"
+#include "kiln/nn/attention.h"
+#include "kiln/ops/linalg.h"
 #include "src/backend/cpu/quant/quant.h"
 
 namespace kiln::nn {
 namespace cpu = backend::cpu;
+// quantized_linear's input rows from which it dequantizes and runs the f32 GEMM.
+constexpr int64_t kDequantizeBatch = 32;
 static_assert(kQuantBlock == cpu::kQuantBlock);
 
 const char* quant_type_name(QuantType type) { return type == QuantType::q8_0 ? "q8_0" : "q4_0"; }
@@ -85,7 +89,8 @@ Tensor dequantize(const QuantizedTensor& q) {
   Tensor out = Tensor::empty({rows, cols}, kF32);
   const auto* codes = static_cast<const uint8_t*>(q.codes.data_ptr());
   const float* scales = q.scales.data<float>();
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(0, rows, 64, [&](int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
     if (q.type == QuantType::q8_0)
       cpu::dequantize_row_q8_0(reinterpret_cast<const int8_t*>(codes + r * cols), scales + r * (cols / kQuantBlock),
                                cols, out.data<float>() + r * cols);
@@ -93,6 +98,7 @@ Tensor dequantize(const QuantizedTensor& q) {
       cpu::dequantize_row_q4_0(codes + r * (cols / 2), scales + r * (cols / kQuantBlock), cols,
                                out.data<float>() + r * cols);
   }
+  });
   return out;
 }
 
@@ -108,6 +114,13 @@ Tensor quantized_linear(const Tensor& x, const QuantizedTensor& w, const Tensor&
              "bias {} must be [{}]", bias.defined() ? to_string(bias.shape()) : "", w.rows());
   Tensor xc = x.detach().to(kF32).contiguous();
   int64_t batch = xc.numel() / w.cols();
+  // Many rows at once (a prompt, an evaluation batch): the f32 GEMM on the
+  // dequantized matrix (its cost amortised over the rows) beats the integer
+  // kernels, which redo their dot products per row of x.
+  if (batch >= kDequantizeBatch) {
+    Tensor b = bias.defined() ? bias.detach().to(kF32).contiguous() : Tensor();
+    return linear(xc, dequantize(w), b);
+  }
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = w.rows();
   Tensor y = Tensor::empty(out_shape, kF32);
@@ -152,15 +165,115 @@ std::string QuantizedLinear::extra_repr() const {
                      quant_type_name(weight.type));
 }
 
-int64_t quantize(Module& module, QuantType type) {
-  int64_t n = 0;
-  for (auto& [name, m] : module.named_modules()) {
-    auto* linear = dynamic_cast<Linear*>(m);
-    if (!linear || linear->in_features % kQuantBlock != 0) continue;
-    linear->quantized = std::make_shared<const QuantizedTensor>(quantize(linear->weight.value(), type));
-    ++n;
+bool is_released(const Tensor& weight) {
+  return weight.defined() && weight.dim() == 2 && weight.numel() > 1 && weight.stride(0) == 0 &&
+         weight.stride(1) == 0;
+}
+
+namespace {
+
+// One matrix quantize() reaches: its state-dict name, the f32 weight, the
+// slot of its quantized copy, and the module that owns the slot.
+struct QuantSlot {
+  std::string name;
+  Parameter weight;
+  std::shared_ptr<const QuantizedTensor>* quantized;
+  const Module* owner;
+};
+
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+std::vector<QuantSlot> quant_slots(Module& module) {
+  std::vector<QuantSlot> slots;
+  for (auto& [path, m] : module.named_modules()) {
+    if (auto* linear = dynamic_cast<Linear*>(m)) {
+      slots.push_back({join(path, "weight"), linear->weight, &linear->quantized, m});
+    } else if (auto* mha = dynamic_cast<MultiheadAttention*>(m)) {
+      if (mha->in_proj_weight.defined())
+        slots.push_back({join(path, "in_proj_weight"), mha->in_proj_weight, &mha->in_proj_quantized, m});
+    } else if (auto* qw = dynamic_cast<QuantizableWeight*>(m)) {
+      slots.push_back({join(path, qw->quantizable_name()), qw->quantizable_weight(), &qw->quantized_weight(), m});
+    }
   }
+  return slots;
+}
+
+// NOTE [Released weights]: an f32 weight whose layer multiplies by its
+// quantized copy is freed only when no other module reads it (a GPT's tied
+// wte is the Embedding's table as well as the lm_head's weight), by pointing
+// the tensor at a single zero with stride 0 (its shape kept, so the module's
+// structure and state-dict keys are unchanged). The layers refuse a forward
+// with grad mode on through it (is_released).
+void release_unshared(Module& module, const std::vector<QuantSlot>& slots) {
+  std::map<const void*, bool> quantized_only;  // parameter -> every owner reads the quantized copy
+  for (const QuantSlot& s : slots) {
+    auto [it, fresh] = quantized_only.try_emplace(s.weight.id(), true);
+    it->second = it->second && *s.quantized != nullptr;
+  }
+  for (auto& [path, m] : module.named_modules())
+    for (auto& [name, p] : m->named_parameters(/*recurse=*/false)) {
+      auto it = quantized_only.find(p.id());
+      if (it == quantized_only.end()) continue;
+      bool owner = false;
+      for (const QuantSlot& s : slots) owner = owner || (s.owner == m && s.weight.is_same(p));
+      if (!owner) it->second = false;  // read by a layer that is not quantized (an embedding)
+    }
+  auto zero = std::make_shared<Storage>(sizeof(float), kCPU);
+  *static_cast<float*>(zero->data()) = 0.0f;
+  for (const QuantSlot& s : slots) {
+    const Tensor& w = s.weight.value();
+    if (!quantized_only[s.weight.id()] || is_released(w) || w.dtype() != kF32) continue;
+    TensorImpl& d = *w.impl();
+    d.storage = zero;
+    for (size_t k = 0; k < d.strides.size(); ++k) d.strides[k] = 0;
+    d.offset = 0;
+    d.is_view = true;
+    if (d.autograd) d.autograd->grad.reset();
+  }
+}
+
+}  // namespace
+
+int64_t quantize(Module& module, QuantType type, const QuantizeOptions& options) {
+  std::vector<QuantSlot> slots = quant_slots(module);
+  // Quantize first (a released weight cannot be quantized again), then attach.
+  std::vector<std::shared_ptr<const QuantizedTensor>> made(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const Tensor& w = slots[i].weight.value();
+    if (w.dim() != 2 || w.size(1) % kQuantBlock != 0) continue;
+    KILN_CHECK(!is_released(w), "quantize", "{}: its f32 weight was released (release_float_weights); it cannot be "
+               "quantized again", slots[i].name);
+    made[i] = std::make_shared<const QuantizedTensor>(quantize(w, type));
+  }
+  int64_t n = 0;
+  for (size_t i = 0; i < slots.size(); ++i)
+    if (made[i]) {
+      *slots[i].quantized = made[i];
+      ++n;
+    }
+  if (options.release_float_weights) release_unshared(module, slots);
   return n;
+}
+
+int64_t attach_quantized(Module& module,
+                         const std::map<std::string, std::shared_ptr<const QuantizedTensor>>& weights,
+                         const QuantizeOptions& options) {
+  std::vector<QuantSlot> slots = quant_slots(module);
+  std::vector<std::pair<std::shared_ptr<const QuantizedTensor>*, std::shared_ptr<const QuantizedTensor>>> plan;
+  for (const QuantSlot& s : slots) {
+    auto it = weights.find(s.name);
+    if (it == weights.end()) continue;
+    KILN_CHECK(it->second, "attach_quantized", "{}: null quantized tensor", s.name);
+    check_quantized("attach_quantized", s.name, *it->second);
+    KILN_CHECK(it->second->shape == s.weight.shape(), "attach_quantized", "{}: quantized {} but the weight is {}",
+               s.name, to_string(it->second->shape), to_string(s.weight.shape()));
+    plan.emplace_back(s.quantized, it->second);
+  }
+  for (auto& [slot, q] : plan) *slot = q;
+  if (options.release_float_weights) release_unshared(module, slots);
+  return int64_t(plan.size());
 }
 
 }  // namespace kiln::nn

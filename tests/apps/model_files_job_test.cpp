@@ -7,8 +7,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
+#include "apps/kiln/eval_lm.h"
 #include "apps/kiln/generate.h"
 #include "apps/kiln/lm.h"
 #include "apps/kiln/model_files.h"
@@ -21,14 +23,15 @@
 namespace kiln::app {
 namespace {
 
-std::string train_tiny(const std::string& dir) {
+std::string train_tiny(const std::string& dir, LmResult* result = nullptr) {
   std::string text;
   for (int i = 0; i < 60; ++i) text += "ROMEO:\nBut soft, what light through yonder window breaks?\n\n";
   std::ofstream(dir + "/text.txt", std::ios::binary) << text;
   std::ostringstream log;
-  train_lm({.data = dir + "/text.txt", .n_layer = 1, .n_head = 2, .n_embd = 32, .block_size = 16, .iters = 150,
+  LmResult r = train_lm({.data = dir + "/text.txt", .n_layer = 1, .n_head = 2, .n_embd = 32, .block_size = 16, .iters = 150,
             .batch_size = 8, .lr = 1e-2, .min_lr = 1e-3, .warmup = 2, .eval_interval = 150, .eval_iters = 2,
             .out = dir + "/run", .log = &log, .tty = false});
+  if (result) *result = r;
   return dir + "/run";
 }
 
@@ -40,6 +43,40 @@ double max_logit_diff(const LanguageModel& a, const LanguageModel& b) {
   double d = 0;
   for (int64_t i = 0; i < x.numel(); ++i) d = std::max(d, double(std::fabs(x.data<float>()[i] - y.data<float>()[i])));
   return d;
+}
+
+// `kiln eval lm` measures exactly train_lm's final val loss (same split,
+// windows and batches), so a quantized file's rise over the checkpoint is the
+// quantization's own cost.
+TEST(ModelFilesJob, EvalLmReproducesTheTrainingValLossAndMeasuresQuantizedFiles) {
+  std::string dir = kiln::testing::fresh_dir();
+  LmResult trained;
+  std::string run = train_tiny(dir, &trained);
+  std::ostringstream log;
+  EvalLmOptions e{.checkpoint = run, .data = dir + "/text.txt", .batches = 2, .batch_size = 8, .out = &log};
+  EvalLmResult f32 = eval_lm(e);
+  EXPECT_NEAR(f32.val_loss, trained.val_loss, 1e-6);
+  EXPECT_EQ(f32.weights, "f32");
+  EXPECT_EQ(f32.quantized_matrices, 0);
+  std::map<std::string, double> loss;
+  for (const char* q : {"", "q8_0", "q4_0"}) {
+    std::string out = dir + "/model" + q + ".gguf";
+    convert_file({.input = run, .output = out, .quantize = q, .out = &log});
+    e.checkpoint = out;
+    EvalLmResult r = eval_lm(e);
+    loss[q] = r.val_loss;
+    EXPECT_EQ(r.weights, *q ? q : "f32");
+    EXPECT_EQ(r.quantized_matrices, *q ? 5 : 0);  // in_proj, out_proj, linear1, linear2, the tied head
+  }
+  EXPECT_EQ(loss[""], f32.val_loss);  // the f32 GGUF is the checkpoint
+  std::printf("val loss f32 %.4f, q8_0 %+.4f, q4_0 %+.4f\n", f32.val_loss, loss["q8_0"] - f32.val_loss,
+              loss["q4_0"] - f32.val_loss);
+  EXPECT_NE(loss["q8_0"], f32.val_loss);
+  EXPECT_LT(std::fabs(loss["q8_0"] - f32.val_loss), 0.01);
+  EXPECT_LT(std::fabs(loss["q4_0"] - f32.val_loss), 0.15);
+  EXPECT_NE(log.str().find("val loss"), std::string::npos);
+  EXPECT_KILN_ERROR(eval_lm({.checkpoint = run, .data = dir + "/missing.txt", .out = &log}), "cannot read");
+  EXPECT_KILN_ERROR(eval_lm({.checkpoint = run, .data = dir + "/text.txt", .batches = 0, .out = &log}), "--batches");
 }
 
 TEST(ModelFilesJob, ConvertsALanguageModelToGgufThatGenerates) {
@@ -66,7 +103,19 @@ TEST(ModelFilesJob, ConvertsALanguageModelToGgufThatGenerates) {
   int quantized_layers = 0;
   for (auto& [name, m] : q8.model->named_modules())
     if (auto* l = dynamic_cast<nn::Linear*>(m); l && l->quantized) ++quantized_layers;
-  EXPECT_EQ(quantized_layers, 3);  // out_proj, linear1, linear2 (in_proj is MultiheadAttention's own matrix)
+  EXPECT_EQ(quantized_layers, 3);  // out_proj, linear1, linear2
+  for (const LanguageModel* q : {&q8, &q4}) {
+    // The packed in-projection and the tied head multiply by codes too.
+    auto& mha = *q->model->h[0]->self_attn;
+    ASSERT_TRUE(mha.in_proj_quantized);
+    ASSERT_TRUE(q->model->lm_head->quantized);
+    // No f32 copies of the file's quantized matrices: each is one shared zero.
+    EXPECT_TRUE(nn::is_released(mha.in_proj_weight.value()));
+    EXPECT_TRUE(nn::is_released(q->model->h[0]->linear1->weight.value()));
+    EXPECT_EQ(q->model->h[0]->linear1->weight.value().storage()->nbytes(), sizeof(float));
+    // The tied table stays f32: the embedding reads it.
+    EXPECT_FALSE(nn::is_released(q->model->wte->weight.value()));
+  }
 
   // Greedy generation from the f32 GGUF equals the checkpoint's; Q8 runs too.
   std::ostringstream o1, o2, o3;

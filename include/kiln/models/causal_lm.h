@@ -27,6 +27,7 @@
 #include "kiln/nn/module.h"
 #include "kiln/nn/moe.h"
 #include "kiln/nn/norm.h"
+#include "kiln/nn/quantized.h"
 
 namespace kiln::models {
 
@@ -86,13 +87,21 @@ struct CausalLMConfig {
 /// elsewhere: a tied lm_head shares wte's [V, C] table (one Parameter, so one
 /// gradient accumulates both uses and the optimizer sees it once); an untied
 /// one gets its own.
-class TiedLinear : public nn::Module {
+///
+/// nn::quantize reaches it (nn::QuantizableWeight): with grad mode off it then
+/// multiplies by `quantized`, a copy of the table (tied, the f32 table stays
+/// for the embedding's lookups).
+class TiedLinear : public nn::Module, public nn::QuantizableWeight {
  public:
   explicit TiedLinear(const nn::Parameter& weight);
   Tensor forward(const Tensor& x) const;
   std::string extra_repr() const override;
 
+  const nn::Parameter& quantizable_weight() const override { return weight; }
+  std::shared_ptr<const nn::QuantizedTensor>& quantized_weight() override { return quantized; }
+
   nn::Parameter weight;  // [V, C], shared when tied
+  std::shared_ptr<const nn::QuantizedTensor> quantized;
 };
 
 /// Every block's KV cache for incremental decoding (make_cache; generate.h).

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -140,6 +141,9 @@ class MultiheadAttention : public Module {
   Parameter v_proj_weight;   // [D, vdim] only when kdim or vdim != D
   Parameter in_proj_bias;    // [3D], undefined without bias
   Shared<Linear> out_proj;   // D -> D
+  // Set by nn::quantize(module, ...) (kiln/nn/quantized.h): with grad mode off,
+  // the q, k, v projections multiply by this quantized copy of in_proj_weight.
+  std::shared_ptr<const QuantizedTensor> in_proj_quantized;
 
  private:
   AttentionOutput run(const Tensor& query, const Tensor& key, const Tensor& value, Rngs* rngs,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -76,11 +77,49 @@ class QuantizedLinear : public Module {
   int64_t out_features;
 };
 
-/// Quantizes every Linear in `module` (itself included) whose in_features is a
-/// multiple of 32: each keeps its f32 parameters (the state dict, and training,
-/// are unchanged) and computes its forward from the quantized copy while grad
-/// mode is off (`linear.quantized = nullptr` undoes it). Returns the number
-/// of layers quantized. Call it again after changing the weights.
-int64_t quantize(Module& module, QuantType type);
+/// A module outside nn whose forward can multiply by a quantized copy of one
+/// weight matrix [out, in] (models::TiedLinear, the GPT's lm_head):
+/// quantize(module, ...) and attach_quantized reach it like a Linear.
+class QuantizableWeight {
+ public:
+  virtual ~QuantizableWeight() = default;
+  /// The weight's name in the module's state dict ("weight") and the weight.
+  virtual std::string quantizable_name() const { return "weight"; }
+  virtual const Parameter& quantizable_weight() const = 0;
+  /// Where the quantized copy goes (null: none; forward uses the f32 weight).
+  virtual std::shared_ptr<const QuantizedTensor>& quantized_weight() = 0;
+};
+
+struct QuantizeOptions {
+  /// Inference only: free every f32 weight that got a quantized copy and that
+  /// no other layer reads (a tied embedding table stays). Each becomes a
+  /// [rows, cols] view of a single zero (stride 0, 4 bytes), so the model's
+  /// memory is the codes' and its state dict has zeros there; a forward with
+  /// grad mode on through such a layer is an Error. Not undone by
+  /// `quantized = nullptr`.
+  bool release_float_weights = false;
+};
+
+/// Quantizes every weight matrix in `module` (itself included) whose rows are
+/// whole blocks (in_features a multiple of 32): each Linear's weight,
+/// MultiheadAttention's packed in_proj_weight [3D, D], and every
+/// QuantizableWeight (a GPT's lm_head, tied or not). Each keeps its f32
+/// parameters (the state dict, and training, are unchanged; see
+/// release_float_weights) and computes its forward from the quantized copy
+/// while grad mode is off (`linear.quantized = nullptr`,
+/// `mha.in_proj_quantized = nullptr` undo it). Returns the number of matrices
+/// quantized. Call it again after changing the weights.
+int64_t quantize(Module& module, QuantType type, const QuantizeOptions& options = {});
+
+/// The matrices quantize() would reach, by state-dict name: sets each one
+/// whose name is in `weights` (e.g. read from a GGUF file) to multiply by that
+/// quantized matrix (shape checked against the f32 weight first; all or
+/// nothing). Returns the number attached.
+int64_t attach_quantized(Module& module,
+                         const std::map<std::string, std::shared_ptr<const QuantizedTensor>>& weights,
+                         const QuantizeOptions& options = {});
+
+/// Whether `weight` was freed by release_float_weights (a stride-0 view).
+bool is_released(const Tensor& weight);
 
 }  // namespace kiln::nn

@@ -58,11 +58,29 @@ void dequantize_row_q4_0(const uint8_t* codes, const float* scales, int64_t n, f
 
 /// y[b, r] = sum_c W[r, c] * x[b, c] for b < batch, W quantized [rows, cols]
 /// (codes/scales as above), x [batch, cols] and y [batch, rows] contiguous.
-/// Chooses the kernel ISA at run time; parallel over rows.
+/// Chooses the kernel ISA at run time; parallel over rows. The kernels
+/// quantize each x row per 32-block first (int8 for Q4_0, int16 for Q8_0) and
+/// take integer dot products (isa/quant.cpp): y differs from ref:: by x's
+/// rounding only, |x - x'| <= max|x_block| / 254 (Q4) or / 65534 (Q8) (for a
+/// block of subnormals up to twice that). An x with a NaN or an infinity runs
+/// the reference (it reaches y as in f32).
 void q8_0_matmul(const int8_t* codes, const float* scales, int64_t rows, int64_t cols, const float* x,
                  int64_t batch, float* y);
 void q4_0_matmul(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, const float* x,
                  int64_t batch, float* y);
+
+/// Whether q4_0_matmul runs on vpdpbusd: the AVX-512 kernels are in use, the
+/// build's baseline has AVX512-VNNI and cpuid reports avx512_vnni (checked
+/// at run time, so a binary never runs it on a CPU without).
+bool q4_0_uses_vnni();
+/// The quantized products' kernel in use: "avx512-vnni", "avx512" or "avx2".
+const char* quant_kernel_name();
+
+namespace detail {
+/// Tests only: forbid (false) or allow again (true) the VNNI path, so both
+/// AVX-512 variants can be checked on a VNNI CPU; returns the previous setting.
+bool set_quant_vnni_allowed(bool allowed);
+}  // namespace detail
 
 namespace ref {
 /// The plain loops the fast kernels are tested against (f64 accumulation).
