@@ -100,25 +100,23 @@ Tensor MoE::forward(const Tensor& x_in) const {
 
   // Dropless grouping: assignment a = n k + j goes to expert idx[n, j]; sorted
   // by expert, run e is contiguous and every assignment is kept.
+  // The gather of each assignment's token and the scatter back to (token,
+  // slot) order are fused into the grouped products: no permuted copies.
   const MoEGroups groups = moe_group(reshape(idx, {M}), E);
-  std::vector<int64_t> token(static_cast<size_t>(M)), inverse(static_cast<size_t>(M));
+  Tensor token = Tensor::empty({M}, kI64);  // token of the assignment at each sorted position
   {
     const int64_t* ord = groups.order.data<int64_t>();
-    for (int64_t p = 0; p < M; ++p) {
-      token[size_t(p)] = ord[p] / k;
-      inverse[size_t(ord[p])] = p;
-    }
+    int64_t* tok = token.data<int64_t>();
+    for (int64_t p = 0; p < M; ++p) tok[p] = ord[p] / k;
   }
-  const Tensor xs = index_select(x2, 0, tensor<int64_t>(token));  // [M, D] sorted by expert
-  Tensor h = grouped_linear(xs, W1, groups.counts);                // [M, F] (SwiGLU [M, 2F])
+  Tensor h = grouped_linear(x2, W1, groups.counts, token, Tensor());  // [M, F] (SwiGLU [M, 2F]) sorted by expert
   if (options.activation == ExpertActivation::swiglu) {
     std::vector<Tensor> gu = split(h, F, -1);
     h = mul(silu(gu[0]), gu[1]);
   } else {
     h = gelu(h);
   }
-  const Tensor ys = grouped_linear(h, W2, groups.counts);          // [M, D] sorted by expert
-  const Tensor y = index_select(ys, 0, tensor<int64_t>(inverse));  // [M, D] in (token, slot) order
+  const Tensor y = grouped_linear(h, W2, groups.counts, Tensor(), groups.order);  // [M, D] in (token, slot) order
   Tensor out = sum(mul(reshape(y, {N, k, dim}), unsqueeze(w, 2)), {1});  // [N, D]
 
   // Balancing losses (on the tape) and the z-loss value (telemetry).

@@ -134,7 +134,37 @@ TEST(GroupedLinear, Gradcheck) {
                    {leaf({5, 4}, 1), leaf({3, 2, 4}, 2)});
 }
 
+// The fused gather / scatter form against the ops it replaces, and its
+// gradients (a token taken twice sums both rows' gradients).
+TEST(GroupedLinear, FusedGatherScatterMatchesIndexSelects) {
+  const std::vector<int64_t> sizes{4, 0, 3, 5};
+  const Tensor x = rand_f({7, 6}, 1), w = rand_f({4, 5, 6}, 2);
+  const Tensor gather = tensor<int64_t>({3, 0, 6, 6, 1, 2, 5, 0, 4, 3, 1, 2});
+  const Tensor scatter = tensor<int64_t>({11, 2, 7, 0, 5, 9, 1, 3, 10, 4, 8, 6});
+  for (int mode = 0; mode < 3; ++mode) {  // gather, scatter (on 12 rows), both
+    SCOPED_TRACE(mode);
+    const Tensor in = mode == 1 ? rand_f({12, 6}, 3) : x;
+    const Tensor gr = mode == 1 ? Tensor() : gather, sr = mode == 0 ? Tensor() : scatter;
+    Tensor want = grouped_linear(gr.defined() ? index_select(in, 0, gr) : in, w, sizes);
+    if (sr.defined()) want = index_select(want, 0, argsort(sr, 0));
+    EXPECT_TRUE(allclose(grouped_linear(in, w, sizes, gr, sr), want, 1e-5, 1e-6));
+    EXPECT_GRADCHECK([&](const std::vector<Tensor>& v) { return grouped_linear(v[0], v[1], sizes, gr, sr); },
+                     {leaf(in.shape(), 4), leaf({4, 5, 6}, 5)});
+  }
+}
+
 TEST(GroupedLinear, BadInput) {
+  {
+    const Tensor x = rand_f({3, 4}, 1), w = rand_f({2, 3, 4}, 2);
+    EXPECT_KILN_ERROR(grouped_linear(x, w, {2, 2}, tensor<int64_t>({0, 1, 3, 2}), Tensor()),
+                      "[grouped_linear] gather [4]: entry 2 is 3, outside [0, 3)");
+    EXPECT_KILN_ERROR(grouped_linear(x, w, {2, 2}, tensor<int64_t>({0, 1, 2}), Tensor()),
+                      "[grouped_linear] gather [3] must be [M = 4]");
+    EXPECT_KILN_ERROR(grouped_linear(x, w, {2, 2}, tensor<int64_t>({0, 1, 2, 2}), tensor<int64_t>({0, 1, 1, 3})),
+                      "[grouped_linear] scatter [4] must be a permutation of [0, 4), but 1 appears twice");
+    EXPECT_KILN_ERROR(grouped_linear(x, w, {2, 1}, Tensor(), tensor<int64_t>({0, 3, 2})),
+                      "[grouped_linear] scatter [3]: entry 1 is 3, outside [0, 3)");
+  }
   const Tensor x = rand_f({6, 4}, 1), w = rand_f({2, 3, 4}, 2);
   EXPECT_KILN_ERROR(grouped_linear(x, w, {3, 2}), "[grouped_linear] group_sizes [3, 2] add up to 5, but input [6, 4] has 6 rows");
   EXPECT_KILN_ERROR(grouped_linear(x, w, {6}), "[grouped_linear] group_sizes [6] must have one entry per expert (2)");
