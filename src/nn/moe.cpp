@@ -66,6 +66,26 @@ void MoE::reset_stats() {
   stats_.starved_steps.assign(E, 0);
 }
 
+void MoE::restore_running_stats(const MoEStats& saved) {
+  const int64_t E = options.num_experts;
+  KILN_CHECK(int64_t(saved.starved_steps.size()) == E, kMoE, "restore_running_stats: starved_steps has {} entries, not E = {}",
+             saved.starved_steps.size(), E);
+  KILN_CHECK(saved.forwards >= 0 && saved.training_forwards >= 0 && saved.training_forwards <= saved.forwards, kMoE,
+             "restore_running_stats: inconsistent counts (forwards {}, training_forwards {})", saved.forwards,
+             saved.training_forwards);
+  for (int64_t c : saved.starved_steps)
+    KILN_CHECK(c >= 0 && c <= saved.training_forwards, kMoE,
+               "restore_running_stats: a starvation count {} outside [0, training_forwards = {}]", c,
+               saved.training_forwards);
+  KILN_CHECK(std::isfinite(saved.running_max_violation) && saved.running_max_violation >= 0, kMoE,
+             "restore_running_stats: running_max_violation must be finite and >= 0, got {}",
+             saved.running_max_violation);
+  stats_.running_max_violation = saved.running_max_violation;
+  stats_.starved_steps = saved.starved_steps;
+  stats_.forwards = saved.forwards;
+  stats_.training_forwards = saved.training_forwards;
+}
+
 Tensor MoE::forward(const Tensor& x_in) const {
   KILN_CHECK(x_in.defined() && x_in.dim() >= 1 && x_in.size(-1) == dim, kMoE, "x {} must be [..., D = {}]",
              x_in.defined() ? to_string(x_in.shape()) : "undefined", dim);
