@@ -13,6 +13,7 @@
 #include "kiln/ops/creation.h"
 #include "kiln/ops/index.h"
 #include "kiln/ops/moe.h"
+#include "kiln/ops/moe_combine.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
@@ -137,7 +138,7 @@ Tensor MoE::forward(const Tensor& x_in) const {
     h = gelu(h);
   }
   const Tensor y = grouped_linear(h, W2, groups.counts, Tensor(), groups.order);  // [M, D] in (token, slot) order
-  Tensor out = sum(mul(reshape(y, {N, k, dim}), unsqueeze(w, 2)), {1});  // [N, D]
+  Tensor out = moe_combine(y, w);  // [N, D]: sum_j w_nj y[n k + j]
 
   // Balancing losses (on the tape) and the z-loss value (telemetry).
   const Tensor lse2 = square(logsumexp(logits, {-1}));  // [N]

@@ -1,6 +1,7 @@
 // The MoE primitives: argument checks, allocation, the calls into the moe
 // kernel family (src/backend/cpu/moe/) and grouped_linear's vjp.
 #include "kiln/ops/moe.h"
+#include "kiln/ops/moe_combine.h"
 
 #include <numeric>
 
@@ -145,6 +146,35 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<i
              }
              return {gx, gw};
            });
+  }
+  return out;
+}
+
+Tensor moe_combine(const Tensor& y, const Tensor& weights) {
+  check_defined("moe_combine", y, "y");
+  check_defined("moe_combine", weights, "weights");
+  backend::device_of("moe_combine", y, weights);
+  KILN_CHECK(weights.dim() == 2, "moe_combine", "weights {} must be 2-D [N, k]", to_string(weights.shape()));
+  const int64_t N = weights.size(0), k = weights.size(1);
+  KILN_CHECK(y.dim() == 2 && y.size(0) == N * k, "moe_combine", "y {} must be [N k = {}, D] for weights {}",
+             to_string(y.shape()), N * k, to_string(weights.shape()));
+  KILN_CHECK(y.dtype() == weights.dtype() && is_floating(y.dtype()), "moe_combine",
+             "y {} ({}) and weights {} ({}) must share one floating dtype", to_string(y.shape()), name(y.dtype()),
+             to_string(weights.shape()), name(weights.dtype()));
+  const int64_t D = y.size(1);
+  const Tensor yc = y.is_contiguous() ? y : y.contiguous();
+  const Tensor wc = weights.is_contiguous() ? weights : weights.contiguous();
+  Tensor out = Tensor::empty({N, D}, y.dtype(), y.device());
+  backend::cpu::moe_combine(yc, wc, out);
+  if (needs_grad(y, weights)) {
+    record("moe_combine", {y, weights}, {out}, {yc, wc}, [N, k, D](const VjpArgs& v) -> Grads {
+      KILN_CHECK(!GradMode::is_enabled(), "moe_combine", "double backward (create_graph) is not supported");
+      const Tensor g = v.grad().is_contiguous() ? v.grad() : v.grad().contiguous();
+      Tensor dy = v.needs(0) ? Tensor::empty({N * k, D}, g.dtype(), g.device()) : Tensor();
+      Tensor dw = v.needs(1) ? Tensor::empty({N, k}, g.dtype(), g.device()) : Tensor();
+      backend::cpu::moe_combine_backward(g, v.saved[0], v.saved[1], dy, dw);
+      return {dy, dw};
+    });
   }
   return out;
 }

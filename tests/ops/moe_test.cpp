@@ -2,6 +2,7 @@
 // reference, grouped_linear against per-expert linear() and the plain
 // reference kernel, its gradients by gradcheck, and the errors.
 #include "kiln/ops/moe.h"
+#include "kiln/ops/moe_combine.h"
 
 #include <gtest/gtest.h>
 
@@ -151,6 +152,24 @@ TEST(GroupedLinear, FusedGatherScatterMatchesIndexSelects) {
     EXPECT_GRADCHECK([&](const std::vector<Tensor>& v) { return grouped_linear(v[0], v[1], sizes, gr, sr); },
                      {leaf(in.shape(), 4), leaf({4, 5, 6}, 5)});
   }
+}
+
+// moe_combine against the ops it replaces (f32, bf16), its gradients (f64),
+// and its errors.
+TEST(MoECombine, MatchesMulSumAndGradchecks) {
+  for (DType dt : {kF32, kBF16}) {
+    const Tensor y = rand_f({10, 37}, 1, dt), w = rand_f({5, 2}, 2, dt);
+    const Tensor want = sum(mul(reshape(y, {5, 2, 37}), unsqueeze(w, 2)), {1});
+    EXPECT_TRUE(allclose(moe_combine(y, w).to(kF32), want.to(kF32), dt == kF32 ? 1e-6 : 2e-2, 1e-5)) << name(dt);
+  }
+  EXPECT_GRADCHECK([&](const std::vector<Tensor>& v) { return moe_combine(v[0], v[1]); },
+                   {leaf({12, 7}, 3), leaf({4, 3}, 4)});
+  EXPECT_GRADCHECK([&](const std::vector<Tensor>& v) { return moe_combine(v[0], v[1]); },
+                   {leaf({5, 9}, 5), leaf({5, 1}, 6)});
+  EXPECT_KILN_ERROR(moe_combine(rand_f({9, 4}, 1), rand_f({5, 2}, 2)),
+                    "[moe_combine] y [9, 4] must be [N k = 10, D] for weights [5, 2]");
+  EXPECT_KILN_ERROR(moe_combine(rand_f({10, 4}, 1), rand_f({10}, 2)), "[moe_combine] weights [10] must be 2-D");
+  EXPECT_KILN_ERROR(moe_combine(rand_f({10, 4}, 1), rand_f({5, 2}, 2, kF64)), "must share one floating dtype");
 }
 
 TEST(GroupedLinear, BadInput) {

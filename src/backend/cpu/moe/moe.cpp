@@ -5,7 +5,9 @@
 
 #include <algorithm>
 
+#include "kiln/core/parallel.h"
 #include "src/backend/cpu/copy/copy.h"
+#include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/linalg/matmul.h"
 #include "src/backend/cpu/moe/grouped.h"
 #include "src/backend/cpu/moe/isa/grouped_gemm.h"
@@ -72,6 +74,69 @@ void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const std::ve
   }
   grouped_weight_grad_rows(dy, x, sizes, dw, dy_rows, x_rows,
                            [](const Tensor& g, const Tensor& xe, const Tensor& o) { matmul(g, xe, o); });
+}
+
+void moe_combine(const Tensor& y, const Tensor& w, const Tensor& out) {
+  const int64_t N = w.size(0), k = w.size(1), D = y.size(1);
+  dispatch_only<bfloat16, float, double>(
+      out.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using A = acc_t<T>;
+        const T* yp = static_cast<const T*>(y.data_ptr());
+        const T* wp = static_cast<const T*>(w.data_ptr());
+        T* op = static_cast<T*>(out.data_ptr());
+        parallel_for(0, N, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, k * D)), [&](int64_t lo, int64_t hi) {
+          std::vector<A> acc(static_cast<size_t>(D));
+          for (int64_t n = lo; n < hi; ++n) {
+            std::fill(acc.begin(), acc.end(), A(0));
+            for (int64_t j = 0; j < k; ++j) {
+              const A wj = A(wp[n * k + j]);
+              const T* yr = yp + (n * k + j) * D;
+#pragma omp simd
+              for (int64_t d = 0; d < D; ++d) acc[size_t(d)] += wj * A(yr[d]);
+            }
+            for (int64_t d = 0; d < D; ++d) op[n * D + d] = T(acc[size_t(d)]);
+          }
+        });
+      },
+      "moe_combine");
+}
+
+void moe_combine_backward(const Tensor& g, const Tensor& y, const Tensor& w, const Tensor& dy, const Tensor& dw) {
+  const int64_t N = w.size(0), k = w.size(1), D = y.size(1);
+  dispatch_only<bfloat16, float, double>(
+      g.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using A = acc_t<T>;
+        const T* gp = static_cast<const T*>(g.data_ptr());
+        const T* yp = static_cast<const T*>(y.data_ptr());
+        const T* wp = static_cast<const T*>(w.data_ptr());
+        T* dyp = dy.defined() ? static_cast<T*>(dy.data_ptr()) : nullptr;
+        T* dwp = dw.defined() ? static_cast<T*>(dw.data_ptr()) : nullptr;
+        parallel_for(0, N, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, k * D)), [&](int64_t lo, int64_t hi) {
+          for (int64_t n = lo; n < hi; ++n) {
+            const T* gr = gp + n * D;
+            for (int64_t j = 0; j < k; ++j) {
+              const int64_t row = n * k + j;
+              if (dyp) {
+                const A wj = A(wp[row]);
+                T* d = dyp + row * D;
+#pragma omp simd
+                for (int64_t c = 0; c < D; ++c) d[c] = T(wj * A(gr[c]));
+              }
+              if (dwp) {
+                const T* yr = yp + row * D;
+                A s = 0;
+                for (int64_t c = 0; c < D; ++c) s += A(gr[c]) * A(yr[c]);
+                dwp[row] = T(s);
+              }
+            }
+          }
+        });
+      },
+      "moe_combine");
 }
 
 }  // namespace kiln::backend::cpu

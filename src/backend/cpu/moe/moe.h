@@ -67,6 +67,13 @@ struct GroupedGemmWeightGrad {
   float* dw = nullptr;  // [E, N, K] contiguous
 };
 
+/// out [N, D] = sum_j w[n, j] y[n k + j, :] (acc_t, j in order): y [N k, D],
+/// w [N, k], out [N, D], all contiguous, one floating dtype.
+void moe_combine(const Tensor& y, const Tensor& w, const Tensor& out);
+/// Its vjp: dy[n k + j, :] = w[n, j] g[n, :] and dw[n, j] = sum_d g[n, d]
+/// y[n k + j, d] (acc_t, d in order); dy / dw undefined: not computed.
+void moe_combine_backward(const Tensor& g, const Tensor& y, const Tensor& w, const Tensor& dy, const Tensor& dw);
+
 namespace ref {
 /// The same contracts with std::stable_sort and the plain triple-loop matmul:
 /// the oracles of the kernels above.
