@@ -20,6 +20,7 @@
 #include "kiln/ops/index.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/moe.h"
+#include "kiln/ops/moe_combine.h"
 #include "kiln/ops/loss.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/pool.h"

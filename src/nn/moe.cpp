@@ -13,6 +13,7 @@
 #include "kiln/ops/creation.h"
 #include "kiln/ops/index.h"
 #include "kiln/ops/moe.h"
+#include "kiln/ops/moe_combine.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
@@ -66,6 +67,26 @@ void MoE::reset_stats() {
   stats_.starved_steps.assign(E, 0);
 }
 
+void MoE::restore_running_stats(const MoEStats& saved) {
+  const int64_t E = options.num_experts;
+  KILN_CHECK(int64_t(saved.starved_steps.size()) == E, kMoE, "restore_running_stats: starved_steps has {} entries, not E = {}",
+             saved.starved_steps.size(), E);
+  KILN_CHECK(saved.forwards >= 0 && saved.training_forwards >= 0 && saved.training_forwards <= saved.forwards, kMoE,
+             "restore_running_stats: inconsistent counts (forwards {}, training_forwards {})", saved.forwards,
+             saved.training_forwards);
+  for (int64_t c : saved.starved_steps)
+    KILN_CHECK(c >= 0 && c <= saved.training_forwards, kMoE,
+               "restore_running_stats: a starvation count {} outside [0, training_forwards = {}]", c,
+               saved.training_forwards);
+  KILN_CHECK(std::isfinite(saved.running_max_violation) && saved.running_max_violation >= 0, kMoE,
+             "restore_running_stats: running_max_violation must be finite and >= 0, got {}",
+             saved.running_max_violation);
+  stats_.running_max_violation = saved.running_max_violation;
+  stats_.starved_steps = saved.starved_steps;
+  stats_.forwards = saved.forwards;
+  stats_.training_forwards = saved.training_forwards;
+}
+
 Tensor MoE::forward(const Tensor& x_in) const {
   KILN_CHECK(x_in.defined() && x_in.dim() >= 1 && x_in.size(-1) == dim, kMoE, "x {} must be [..., D = {}]",
              x_in.defined() ? to_string(x_in.shape()) : "undefined", dim);
@@ -100,26 +121,24 @@ Tensor MoE::forward(const Tensor& x_in) const {
 
   // Dropless grouping: assignment a = n k + j goes to expert idx[n, j]; sorted
   // by expert, run e is contiguous and every assignment is kept.
+  // The gather of each assignment's token and the scatter back to (token,
+  // slot) order are fused into the grouped products: no permuted copies.
   const MoEGroups groups = moe_group(reshape(idx, {M}), E);
-  std::vector<int64_t> token(static_cast<size_t>(M)), inverse(static_cast<size_t>(M));
+  Tensor token = Tensor::empty({M}, kI64);  // token of the assignment at each sorted position
   {
     const int64_t* ord = groups.order.data<int64_t>();
-    for (int64_t p = 0; p < M; ++p) {
-      token[size_t(p)] = ord[p] / k;
-      inverse[size_t(ord[p])] = p;
-    }
+    int64_t* tok = token.data<int64_t>();
+    for (int64_t p = 0; p < M; ++p) tok[p] = ord[p] / k;
   }
-  const Tensor xs = index_select(x2, 0, tensor<int64_t>(token));  // [M, D] sorted by expert
-  Tensor h = grouped_linear(xs, W1, groups.counts);                // [M, F] (SwiGLU [M, 2F])
+  Tensor h = grouped_linear(x2, W1, groups.counts, token, Tensor());  // [M, F] (SwiGLU [M, 2F]) sorted by expert
   if (options.activation == ExpertActivation::swiglu) {
     std::vector<Tensor> gu = split(h, F, -1);
     h = mul(silu(gu[0]), gu[1]);
   } else {
     h = gelu(h);
   }
-  const Tensor ys = grouped_linear(h, W2, groups.counts);          // [M, D] sorted by expert
-  const Tensor y = index_select(ys, 0, tensor<int64_t>(inverse));  // [M, D] in (token, slot) order
-  Tensor out = sum(mul(reshape(y, {N, k, dim}), unsqueeze(w, 2)), {1});  // [N, D]
+  const Tensor y = grouped_linear(h, W2, groups.counts, Tensor(), groups.order);  // [M, D] in (token, slot) order
+  Tensor out = moe_combine(y, w);  // [N, D]: sum_j w_nj y[n k + j]
 
   // Balancing losses (on the tape) and the z-loss value (telemetry).
   const Tensor lse2 = square(logsumexp(logits, {-1}));  // [N]

@@ -1,12 +1,15 @@
 // The MoE primitives: argument checks, allocation, the calls into the moe
 // kernel family (src/backend/cpu/moe/) and grouped_linear's vjp.
 #include "kiln/ops/moe.h"
+#include "kiln/ops/moe_combine.h"
 
 #include <numeric>
 
 #include "kiln/core/grad_mode.h"
+#include "kiln/ops/creation.h"
 #include "kiln/ops/record.h"
 #include "src/backend/backend.h"
+#include "src/backend/cpu/index/index.h"
 #include "src/backend/cpu/moe/moe.h"
 #include "src/ops/checks.h"
 
@@ -46,14 +49,50 @@ MoEGroups moe_group(const Tensor& experts, int64_t E) {
   return g;
 }
 
+namespace {
+
+// A row map's entries as i64 on the CPU, checked: values in [0, bound), and
+// distinct when `permutation` (then bound == M).
+Tensor checked_rows(const char* what, const Tensor& rows, int64_t M, int64_t bound, bool permutation) {
+  if (!rows.defined()) return rows;
+  backend::device_of("grouped_linear", rows);
+  KILN_CHECK(rows.dtype() == kI64 || rows.dtype() == kI32, "grouped_linear", "{} {} must be integer (i64 or i32), got {}",
+             what, to_string(rows.shape()), name(rows.dtype()));
+  KILN_CHECK(rows.dim() == 1 && rows.numel() == M, "grouped_linear", "{} {} must be [M = {}] (one entry per row)", what,
+             to_string(rows.shape()), M);
+  Tensor r = Tensor::empty({M}, kI64, rows.device());
+  const std::vector<int64_t> v = rows.to_vector<int64_t>();
+  std::vector<char> seen(permutation ? size_t(M) : 0, 0);
+  int64_t* out = r.data<int64_t>();
+  for (int64_t i = 0; i < M; ++i) {
+    const int64_t x = v[size_t(i)];
+    KILN_CHECK(x >= 0 && x < bound, "grouped_linear", "{} {}: entry {} is {}, outside [0, {})", what,
+               to_string(rows.shape()), i, x, bound);
+    if (permutation) {
+      KILN_CHECK(!seen[size_t(x)], "grouped_linear", "{} {} must be a permutation of [0, {}), but {} appears twice",
+                 what, to_string(rows.shape()), M, x);
+      seen[size_t(x)] = 1;
+    }
+    out[i] = x;
+  }
+  return r;
+}
+
+}  // namespace
+
 Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& sizes) {
+  return grouped_linear(x, weight, sizes, Tensor(), Tensor());
+}
+
+Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& sizes, const Tensor& gather_in,
+                      const Tensor& scatter_in) {
   check_defined("grouped_linear", x, "input");
   check_defined("grouped_linear", weight, "weight");
   backend::device_of("grouped_linear", x, weight);
   KILN_CHECK(weight.dim() == 3, "grouped_linear", "weight {} must be 3-D [experts, out_features, in_features]",
              to_string(weight.shape()));
   KILN_CHECK(x.dim() == 2, "grouped_linear", "input {} must be 2-D [rows, in_features]", to_string(x.shape()));
-  const int64_t E = weight.size(0), O = weight.size(1), I = weight.size(2), M = x.size(0);
+  const int64_t E = weight.size(0), O = weight.size(1), I = weight.size(2), T = x.size(0);
   KILN_CHECK(x.size(1) == I, "grouped_linear", "input {} does not match weight {} (in_features {})",
              to_string(x.shape()), to_string(weight.shape()), I);
   KILN_CHECK(x.dtype() == weight.dtype(), "grouped_linear", "dtype mismatch: input {} is {} and weight {} is {}",
@@ -67,31 +106,75 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<i
     KILN_CHECK(s >= 0, "grouped_linear", "group_sizes {} has a negative entry", sizes_str(sizes));
     total += s;
   }
-  KILN_CHECK(total == M, "grouped_linear", "group_sizes {} add up to {}, but input {} has {} rows", sizes_str(sizes),
-             total, to_string(x.shape()), M);
+  const int64_t M = total;
+  if (!gather_in.defined()) {
+    KILN_CHECK(total == T, "grouped_linear", "group_sizes {} add up to {}, but input {} has {} rows", sizes_str(sizes),
+               total, to_string(x.shape()), T);
+  }
+  const Tensor gather = checked_rows("gather", gather_in, M, T, false);
+  const Tensor scatter = checked_rows("scatter", scatter_in, M, M, true);
 
   const Tensor xc = x.is_contiguous() ? x : x.contiguous();
   const Tensor wc = weight.is_contiguous() ? weight : weight.contiguous();
   Tensor out = Tensor::empty({M, O}, x.dtype(), x.device());
-  backend::cpu::grouped_matmul(xc, wc, sizes, out, /*trans_b=*/true);
+  backend::cpu::grouped_matmul(xc, wc, sizes, out, /*trans_b=*/true, gather, scatter);
 
   if (needs_grad(x, weight)) {
-    record("grouped_linear", {x, weight}, {out}, {needs_grad(weight) ? xc : Tensor(), needs_grad(x) ? wc : Tensor()},
-           [sizes, E, O, I, M](const VjpArgs& v) -> Grads {
+    record("grouped_linear", {x, weight}, {out},
+           {needs_grad(weight) ? xc : Tensor(), needs_grad(x) ? wc : Tensor(), gather, scatter},
+           [sizes, E, O, I, M, T](const VjpArgs& v) -> Grads {
              KILN_CHECK(!GradMode::is_enabled(), "grouped_linear",
                         "double backward (create_graph) is not supported");
              const Tensor g = v.grad().is_contiguous() ? v.grad() : v.grad().contiguous();
+             const Tensor& gather = v.saved[2];
+             const Tensor& scatter = v.saved[3];
              Tensor gx, gw;
-             if (v.needs(0)) {  // gx run e = g run e [n, O] @ weight[e] [O, I]
-               gx = Tensor::empty({M, I}, g.dtype(), g.device());
-               backend::cpu::grouped_matmul(g, v.saved[1], sizes, gx, /*trans_b=*/false);
+             if (v.needs(0)) {  // row r: g[scatter[r]] [O] @ weight[e] [O, I], then summed into x's row gather[r]
+               if (!gather.defined()) {
+                 gx = Tensor::empty({M, I}, g.dtype(), g.device());
+                 backend::cpu::grouped_matmul(g, v.saved[1], sizes, gx, /*trans_b=*/false, scatter);
+               } else {
+                 Tensor rows = Tensor::empty({M, I}, g.dtype(), g.device());
+                 backend::cpu::grouped_matmul(g, v.saved[1], sizes, rows, /*trans_b=*/false, scatter);
+                 gx = zeros({T, I}, {.dtype = g.dtype(), .device = g.device()});
+                 backend::cpu::index_add(gx, 0, gather, rows);
+               }
              }
-             if (v.needs(1)) {  // gw[e] = g run e ^T [O, n] @ x run e [n, I]
+             if (v.needs(1)) {  // gw[e] = sum over run e of g[scatter[r]]^T x[gather[r]]
                gw = Tensor::empty({E, O, I}, g.dtype(), g.device());
-               backend::cpu::grouped_matmul_weight_grad(g, v.saved[0], sizes, gw);
+               backend::cpu::grouped_matmul_weight_grad(g, v.saved[0], sizes, gw, scatter, gather);
              }
              return {gx, gw};
            });
+  }
+  return out;
+}
+
+Tensor moe_combine(const Tensor& y, const Tensor& weights) {
+  check_defined("moe_combine", y, "y");
+  check_defined("moe_combine", weights, "weights");
+  backend::device_of("moe_combine", y, weights);
+  KILN_CHECK(weights.dim() == 2, "moe_combine", "weights {} must be 2-D [N, k]", to_string(weights.shape()));
+  const int64_t N = weights.size(0), k = weights.size(1);
+  KILN_CHECK(y.dim() == 2 && y.size(0) == N * k, "moe_combine", "y {} must be [N k = {}, D] for weights {}",
+             to_string(y.shape()), N * k, to_string(weights.shape()));
+  KILN_CHECK(y.dtype() == weights.dtype() && is_floating(y.dtype()), "moe_combine",
+             "y {} ({}) and weights {} ({}) must share one floating dtype", to_string(y.shape()), name(y.dtype()),
+             to_string(weights.shape()), name(weights.dtype()));
+  const int64_t D = y.size(1);
+  const Tensor yc = y.is_contiguous() ? y : y.contiguous();
+  const Tensor wc = weights.is_contiguous() ? weights : weights.contiguous();
+  Tensor out = Tensor::empty({N, D}, y.dtype(), y.device());
+  backend::cpu::moe_combine(yc, wc, out);
+  if (needs_grad(y, weights)) {
+    record("moe_combine", {y, weights}, {out}, {yc, wc}, [N, k, D](const VjpArgs& v) -> Grads {
+      KILN_CHECK(!GradMode::is_enabled(), "moe_combine", "double backward (create_graph) is not supported");
+      const Tensor g = v.grad().is_contiguous() ? v.grad() : v.grad().contiguous();
+      Tensor dy = v.needs(0) ? Tensor::empty({N * k, D}, g.dtype(), g.device()) : Tensor();
+      Tensor dw = v.needs(1) ? Tensor::empty({N, k}, g.dtype(), g.device()) : Tensor();
+      backend::cpu::moe_combine_backward(g, v.saved[0], v.saved[1], dy, dw);
+      return {dy, dw};
+    });
   }
   return out;
 }

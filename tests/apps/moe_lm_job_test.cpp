@@ -69,6 +69,30 @@ TEST(MoELmJob, ResumeIsExact) {
   auto sa = ma.model->state_dict(), sb = mb.model->state_dict();
   ASSERT_EQ(sa.size(), sb.size());
   for (const auto& [k, v] : sa) EXPECT_TRUE(kiln::testing::equal(sb.at(k), v)) << k;
+  // The metrics too, the telemetry's running values included (they ride in
+  // the checkpoint): every row's routing columns as the uninterrupted run's.
+  const auto la = kiln::testing::read_lines(a.csv), lb = kiln::testing::read_lines(b.csv);
+  ASSERT_EQ(la.size(), lb.size());
+  auto cells = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) out.push_back(c);
+    return out;
+  };
+  const std::vector<std::string> header = cells(la[0]);
+  ASSERT_EQ(header, cells(lb[0]));
+  int compared = 0;
+  for (size_t row = 1; row < la.size(); ++row) {
+    const auto ca = cells(la[row]), cb = cells(lb[row]);
+    ASSERT_EQ(ca.size(), header.size());
+    ASSERT_EQ(cb.size(), header.size());
+    for (size_t c = 0; c < header.size(); ++c) {
+      if (header[c].rfind("moe/", 0) != 0 && header[c] != "loss") continue;
+      EXPECT_EQ(ca[c], cb[c]) << header[c] << " row " << row;
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 0);
   std::filesystem::remove_all(dir);
 }
 

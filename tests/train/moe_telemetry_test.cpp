@@ -67,5 +67,64 @@ TEST(MoETelemetry, LogsColumnsUpdatesBiasAndWarnsOnStarvation) {
   std::filesystem::remove_all(dir);
 }
 
+// The running values ride in checkpoints (state "moe_telemetry"): a state
+// restores them bit for bit into fresh layers; a bad state changes nothing.
+TEST(MoETelemetry, StateRestoresTheRunningValues) {
+  const nn::MoEOptions opts{.num_experts = 3, .top_k = 1, .expert_hidden = 4};
+  Rngs rngs(1);
+  nn::MoE moe(4, opts, rngs);
+  {
+    NoGradGuard no_grad;  // expert 2 never wins, the others share unevenly
+    copy_(moe.router->weight.value(), tensor<float>({0, 0.3f, 0, 0, 0.1f, 0, 0, 0, -10, -10, -10, -10}, {3, 4}));
+  }
+  Generator g(2);
+  for (int i = 0; i < 7; ++i) {
+    NoGradGuard no_grad;
+    moe.forward(abs(randn({16, 4}, g)));
+  }
+  MoETelemetry telemetry({&moe});
+  const State st = telemetry.state();
+  EXPECT_EQ(st.at("layers"), "1");
+  EXPECT_EQ(st.at("l0/starved_steps"), "0,0,7");
+
+  Rngs rngs2(5);
+  nn::MoE fresh(4, opts, rngs2);
+  MoETelemetry restored({&fresh});
+  restored.load_state(st);
+  EXPECT_EQ(fresh.stats().running_max_violation, moe.stats().running_max_violation);
+  EXPECT_GT(fresh.stats().running_max_violation, 0.0);
+  EXPECT_EQ(fresh.stats().starved_steps, moe.stats().starved_steps);
+  EXPECT_EQ(fresh.stats().training_forwards, 7);
+  EXPECT_EQ(fresh.stats().forwards, 7);
+
+  // Bad states: an error naming the problem, the layer untouched.
+  Rngs rngs3(6);
+  nn::MoE other(4, opts, rngs3);
+  MoETelemetry target({&other});
+  auto expect_unchanged = [&] {
+    EXPECT_EQ(other.stats().running_max_violation, 0.0);
+    EXPECT_EQ(other.stats().starved_steps, (std::vector<int64_t>{0, 0, 0}));
+    EXPECT_EQ(other.stats().training_forwards, 0);
+  };
+  State bad = st;
+  bad["l0/starved_steps"] = "1,2";
+  EXPECT_KILN_ERROR(target.load_state(bad), "'l0/starved_steps' has 2 entries; layer 0 has 3 experts");
+  expect_unchanged();
+  bad = st;
+  bad["l0/starved_steps"] = "1,x,2";
+  EXPECT_KILN_ERROR(target.load_state(bad), "not comma-separated integers");
+  bad = st;
+  bad["layers"] = "2";
+  EXPECT_KILN_ERROR(target.load_state(bad), "the state is of 2 MoE layers, the model has 1");
+  bad = st;
+  bad["l0/training_forwards"] = "3";  // fewer than the starvation count 7
+  EXPECT_KILN_ERROR(target.load_state(bad), "layer 0: ");
+  expect_unchanged();
+  bad = st;
+  bad.erase("l0/forwards");
+  EXPECT_KILN_ERROR(target.load_state(bad), "state has no 'l0/forwards'");
+  expect_unchanged();
+}
+
 }  // namespace
 }  // namespace kiln::train

@@ -93,6 +93,13 @@ class MoE : public Module {
   void update_bias(double gamma = -1);
   /// Clears the telemetry's running values (running violation, starvation counts).
   void reset_stats();
+  /// Restores the telemetry's running values from a saved stats():
+  /// running_max_violation, starved_steps ([E]), forwards and
+  /// training_forwards (the rest is the latest forward's and is left as it
+  /// is). train::MoETelemetry's checkpoint state uses it, so that a resumed
+  /// run logs the uninterrupted run's values. Throws ([MoE]) on a wrong
+  /// starved_steps size or negative counts; nothing changes then.
+  void restore_running_stats(const MoEStats& saved);
 
   std::string extra_repr() const override;
 

@@ -28,4 +28,16 @@ MoEGroups moe_group(const Tensor& experts, int64_t num_experts);
 /// (first order); empty runs cost nothing and get zero weight gradients.
 Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_sizes);
 
+/// grouped_linear with the permutations around it fused in (no permuted
+/// copies): row r of the product's input is x[gather[r]] (gather [M] i64,
+/// values in [0, x.size(0)); a row may be taken several times, e.g. a token
+/// routed to k experts), and row r of the product lands at row scatter[r] of
+/// the result (scatter [M] i64, a permutation of [0, M)). Either may be
+/// undefined (the identity). Result [M, O]; the same as
+///   index_select(grouped_linear(index_select(x, 0, gather), weight, group_sizes), 0, argsort(scatter))
+/// and differentiable in x and weight like it (x's gradient sums the rows a
+/// token was taken for, in row order: deterministic).
+Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_sizes,
+                      const Tensor& gather, const Tensor& scatter);
+
 }  // namespace kiln

@@ -14,12 +14,18 @@
 // mean(logsumexp^2)), moe/aux_loss (sum of the layers' balancing losses), and
 // per layer i and expert e: moe/l<i>/tokens<e> (assignments), moe/l<i>/f<e>
 // (load fraction), moe/l<i>/P<e> (mean router probability).
+//
+// Checkpoints (state "moe_telemetry"): the layers' running values (running
+// violation, starvation counts, forward counts) and the warnings printed, so
+// that a resumed run logs and warns exactly as the uninterrupted one (none
+// when there are no layers: a dense model's checkpoints are unchanged).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "kiln/core/stateful.h"
 #include "kiln/nn/moe.h"
 #include "kiln/train/callback.h"
 
@@ -34,12 +40,20 @@ struct MoETelemetryOptions {
   int64_t starved_steps = 100;
 };
 
-class MoETelemetry : public Callback {
+class MoETelemetry : public Callback, public Stateful {
  public:
   /// layers: not owned; they must outlive the training run.
   explicit MoETelemetry(std::vector<nn::MoE*> layers, MoETelemetryOptions options = {});
 
   void on_step_end(Trainer& trainer, const StepResult& step) override;
+  void checkpoint_objects(io::Checkpoint& ckpt) override;
+
+  /// Keys "layers", "warnings", and per layer i "l<i>/running_max_violation",
+  /// "l<i>/forwards", "l<i>/training_forwards", "l<i>/starved_steps" (E
+  /// comma-separated counts). load_state checks every layer first (count,
+  /// E, values), then restores them all.
+  State state() const override;
+  void load_state(const State& state) override;
 
   /// The keys written into Trainer::logs(), in a fixed order (CsvLoggerOptions::log_keys).
   std::vector<std::string> columns() const;

@@ -1,6 +1,7 @@
-// The grouped products' loop over experts, shared by the kernels (moe.cpp,
-// oneDNN matmul per run) and their references (moe_ref.cpp, the triple loop):
-// each expert's run of rows is a view of the operands, nothing is copied.
+// The grouped products' loop over experts, shared by the non-f32 kernels
+// (moe.cpp: one matmul per run) and the references (moe_ref.cpp, the triple
+// loop): each expert's run of rows is a view of the operands; the row maps
+// (fused gather / scatter, ../moe.h) become plain index_select copies here.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "kiln/core/tensor.h"
 #include "src/backend/cpu/copy/copy.h"
+#include "src/backend/cpu/index/index.h"
 
 namespace kiln::backend::cpu::moe_detail {
 
@@ -55,5 +57,33 @@ void grouped_weight_grad(const Tensor& dy, const Tensor& x, const std::vector<in
   }
 }
 
+// a's rows in grouped order: a itself, or a copy gathered through rows [M].
+inline Tensor gathered(const Tensor& a, const Tensor& rows) {
+  if (!rows.defined()) return a;
+  Tensor g = Tensor::empty({rows.numel(), a.size(1)}, a.dtype(), a.device());
+  index_select(a, 0, rows, g);
+  return g;
+}
+
+// grouped() through the row maps: out[o_rows[r]] = (a[a_rows[r]] @ op(b[e])).
+template <class Mm>
+void grouped_rows(const Tensor& a, const Tensor& b, const std::vector<int64_t>& sizes, const Tensor& out,
+                  bool trans_b, const Tensor& a_rows, const Tensor& o_rows, Mm&& mm) {
+  const Tensor ag = gathered(a, a_rows);
+  if (!o_rows.defined()) {
+    grouped(ag, b, sizes, out, trans_b, mm);
+    return;
+  }
+  Tensor tmp = Tensor::empty({ag.size(0), out.size(1)}, out.dtype(), out.device());
+  grouped(ag, b, sizes, tmp, trans_b, mm);
+  const int64_t* rows = static_cast<const int64_t*>(o_rows.data_ptr());
+  for (int64_t r = 0; r < tmp.size(0); ++r) copy(cpu::moe_detail::rows(tmp, r, 1), cpu::moe_detail::rows(out, rows[r], 1));
+}
+
+template <class Mm>
+void grouped_weight_grad_rows(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& sizes, const Tensor& dw,
+                              const Tensor& dy_rows, const Tensor& x_rows, Mm&& mm) {
+  grouped_weight_grad(gathered(dy, dy_rows), gathered(x, x_rows), sizes, dw, mm);
+}
 
 }  // namespace kiln::backend::cpu::moe_detail

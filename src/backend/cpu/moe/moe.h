@@ -19,26 +19,69 @@ namespace kiln::backend::cpu {
 /// counts [E] i64 (contiguous, written).
 void moe_group(const Tensor& experts, int64_t num_experts, const Tensor& order, const Tensor& counts);
 
-/// out[rows of run e] = a[rows of run e] @ op(b[e]) for each expert e, where
+/// out[o_row(r)] = a[a_row(r)] @ op(b[e]) for every row r of run e, where
 /// the runs are given by `sizes` (sum = M) and op(b[e]) is b[e]^T when
-/// trans_b (b [E, N, K]) else b[e] (b [E, K, N]). a [M, K], out [M, N]
-/// contiguous; empty runs are skipped. One dtype for all three.
+/// trans_b (b [E, N, K]) else b[e] (b [E, K, N]). a [Ta, K], out [To, N]
+/// contiguous; a_row(r) = a_rows[r] when a_rows ([M] i64, values in [0, Ta))
+/// is given, else r (Ta = M): a fused gather; o_row(r) = o_rows[r] likewise
+/// (distinct values: a fused scatter; rows of out no run writes are left as
+/// they were). Empty runs are skipped. One dtype for a, b and out. f32 runs
+/// on the grouped GEMM kernel (isa/grouped_gemm.cpp: one parallel loop over
+/// (expert, row block), B packed per expert); bf16 and f64 gather into
+/// copies and run one matmul per run.
 void grouped_matmul(const Tensor& a, const Tensor& b, const std::vector<int64_t>& sizes, const Tensor& out,
-                    bool trans_b);
+                    bool trans_b, const Tensor& a_rows = {}, const Tensor& o_rows = {});
 
-/// dw[e] = dy[run e]^T @ x[run e] for each expert: dy [M, N], x [M, K],
-/// dw [E, N, K] contiguous (written; zero for experts with empty runs).
+/// dw[e] = dy[dy_row(r) for r in run e]^T @ x[x_row(r) for r in run e] for
+/// each expert: dy [Ty, N], x [Tx, K], dw [E, N, K] contiguous (written;
+/// zero for experts with empty runs); dy_rows / x_rows as a_rows above.
+/// Each dw[e] element is summed over its run in row order by one thread.
 void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& sizes,
-                                const Tensor& dw);
+                                const Tensor& dw, const Tensor& dy_rows = {}, const Tensor& x_rows = {});
+
+/// The f32 kernels' arguments (isa/grouped_gemm.h): raw pointers, row-major
+/// operands with leading dims; a null row map is the identity.
+struct GroupedGemm {
+  int64_t E = 0;
+  const int64_t* sizes = nullptr;  // [E] run lengths
+  const float* a = nullptr;        // [*, K], rows lda apart
+  int64_t lda = 0;
+  const int64_t* a_rows = nullptr;  // [M] or null
+  const float* b = nullptr;         // [E, N, K] (trans_b) or [E, K, N], contiguous
+  bool trans_b = true;
+  int64_t K = 0, N = 0;
+  float* out = nullptr;  // [*, N], rows ldo apart
+  int64_t ldo = 0;
+  const int64_t* o_rows = nullptr;  // [M] or null
+};
+struct GroupedGemmWeightGrad {
+  int64_t E = 0;
+  const int64_t* sizes = nullptr;
+  const float* dy = nullptr;  // [*, N], rows ldy apart
+  int64_t ldy = 0;
+  const int64_t* dy_rows = nullptr;
+  const float* x = nullptr;  // [*, K], rows ldx apart
+  int64_t ldx = 0;
+  const int64_t* x_rows = nullptr;
+  int64_t N = 0, K = 0;
+  float* dw = nullptr;  // [E, N, K] contiguous
+};
+
+/// out [N, D] = sum_j w[n, j] y[n k + j, :] (acc_t, j in order): y [N k, D],
+/// w [N, k], out [N, D], all contiguous, one floating dtype.
+void moe_combine(const Tensor& y, const Tensor& w, const Tensor& out);
+/// Its vjp: dy[n k + j, :] = w[n, j] g[n, :] and dw[n, j] = sum_d g[n, d]
+/// y[n k + j, d] (acc_t, d in order); dy / dw undefined: not computed.
+void moe_combine_backward(const Tensor& g, const Tensor& y, const Tensor& w, const Tensor& dy, const Tensor& dw);
 
 namespace ref {
 /// The same contracts with std::stable_sort and the plain triple-loop matmul:
 /// the oracles of the kernels above.
 void moe_group(const Tensor& experts, int64_t num_experts, const Tensor& order, const Tensor& counts);
 void grouped_matmul(const Tensor& a, const Tensor& b, const std::vector<int64_t>& sizes, const Tensor& out,
-                    bool trans_b);
+                    bool trans_b, const Tensor& a_rows = {}, const Tensor& o_rows = {});
 void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& sizes,
-                                const Tensor& dw);
+                                const Tensor& dw, const Tensor& dy_rows = {}, const Tensor& x_rows = {});
 }  // namespace ref
 
 }  // namespace kiln::backend::cpu

@@ -9,8 +9,8 @@
 
 namespace kiln::backend::cpu::ref {
 
-using moe_detail::grouped;
-using moe_detail::grouped_weight_grad;
+using moe_detail::grouped_rows;
+using moe_detail::grouped_weight_grad_rows;
 
 
 void moe_group(const Tensor& experts, int64_t E, const Tensor& order, const Tensor& counts) {
@@ -26,14 +26,15 @@ void moe_group(const Tensor& experts, int64_t E, const Tensor& order, const Tens
 }
 
 void grouped_matmul(const Tensor& a, const Tensor& b, const std::vector<int64_t>& sizes, const Tensor& out,
-                    bool trans_b) {
-  grouped(a, b, sizes, out, trans_b, [](const Tensor& x, const Tensor& w, const Tensor& o) { cpu::ref::matmul(x, w, o); });
+                    bool trans_b, const Tensor& a_rows, const Tensor& o_rows) {
+  grouped_rows(a, b, sizes, out, trans_b, a_rows, o_rows,
+               [](const Tensor& x, const Tensor& w, const Tensor& o) { cpu::ref::matmul(x, w, o); });
 }
 
 void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& sizes,
-                                const Tensor& dw) {
-  grouped_weight_grad(dy, x, sizes, dw,
-                      [](const Tensor& g, const Tensor& xe, const Tensor& o) { cpu::ref::matmul(g, xe, o); });
+                                const Tensor& dw, const Tensor& dy_rows, const Tensor& x_rows) {
+  grouped_weight_grad_rows(dy, x, sizes, dw, dy_rows, x_rows,
+                           [](const Tensor& g, const Tensor& xe, const Tensor& o) { cpu::ref::matmul(g, xe, o); });
 }
 
 }  // namespace kiln::backend::cpu::ref
