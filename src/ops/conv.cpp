@@ -6,6 +6,7 @@
 //   conv_bwd_w:    gw = corr(large, small), gb = sum(small)
 // so grad-of-grad (create_graph) works to any order.
 #include "kiln/ops/conv.h"
+#include "kiln/ops/conv_algorithm.h"
 
 #include <algorithm>
 #include <array>
@@ -285,5 +286,9 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   return conv_transpose_any("conv_transpose2d", 2, x, weight, bias, two_d(stride), two_d(padding),
                             two_d(output_padding), groups, two_d(dilation));
 }
+
+void set_conv_winograd(bool enabled) { backend::cpu::set_conv_winograd(enabled); }
+
+bool conv_winograd() { return backend::cpu::conv_winograd(); }
 
 }  // namespace kiln

@@ -4,6 +4,7 @@
 // (first and second order) and error messages.
 #include <functional>
 
+#include "kiln/ops/conv_algorithm.h"
 #include "src/backend/cpu/linalg/conv.h"
 #include "tests/ops/window_args.h"
 #include "tests/support/ops_devices.h"
@@ -138,10 +139,11 @@ TEST(ConvKernels, WinogradWhereOfferedMatchesReference) {
   backend::cpu::ref::conv_forward(g, large, w, &bo, r);
   backend::cpu::ref::conv_backward_data(g, small, w, nullptr, rd);
   backend::cpu::ref::conv_backward_weights(g, large, small, rw, &rb);
-  ASSERT_TRUE(backend::cpu::conv_winograd()) << "on by default";
+  ASSERT_TRUE(conv_winograd()) << "on by default";
   for (bool wino : {true, false}) {
     SCOPED_TRACE(wino ? "winograd" : "direct");
-    backend::cpu::set_conv_winograd(wino);
+    set_conv_winograd(wino);
+    EXPECT_EQ(backend::cpu::conv_winograd(), wino);
     Tensor a = empty(small.shape()), ad = empty(large.shape()), aw = empty(w.shape()), ab = empty({g.O});
     backend::cpu::conv_forward(g, large, w, &bo, a);
     const std::string impl = backend::cpu::last_conv_impl();
@@ -159,7 +161,7 @@ TEST(ConvKernels, WinogradWhereOfferedMatchesReference) {
     EXPECT_TRUE(all_close(aw, rw, 1e-5, 1e-4)) << "backward weights";
     EXPECT_TRUE(all_close(ab, rb, 1e-5, 1e-4)) << "backward bias";
   }
-  backend::cpu::set_conv_winograd(true);
+  set_conv_winograd(true);
 }
 
 TEST(ConvKernels, F32RunsOnOneDnnAndBf16IsClose) {
