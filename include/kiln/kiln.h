@@ -14,6 +14,7 @@
 #include "kiln/ops/attention.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
+#include "kiln/ops/conv_algorithm.h"
 #include "kiln/ops/device.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/dropout.h"

@@ -105,8 +105,11 @@ namespace vq_detail {
 Tensor nearest(const Tensor& codebook, const Tensor& zf) {
   // ||z - c||^2 = ||z||^2 - 2 z.c + ||c||^2; ||z||^2 is the same for every
   // code of a row, so argmin over ||c||^2 - 2 z.c: one [N, D] x [D, K] matmul.
-  Tensor c_sq = sum(square(codebook), {1});                      // [K]
-  Tensor d = addmm(c_sq.unsqueeze(0), zf, codebook.t(), 1, -2);  // [N, K]
+  // The -2 goes into the [K, D] codebook (exact: a power of two) so that
+  // ||c||^2 enters as the product's bias row: with alpha -2 addmm would first
+  // copy the broadcast [N, K] input into the output (6.4 MB at N 6272, K 256).
+  Tensor c_sq = sum(square(codebook), {1});             // [K]
+  Tensor d = addmm(c_sq, zf, mul(codebook, -2.0).t());  // [N, K]
   return argmin(d, 1).to(kI64);                                   // [N]
 }
 

@@ -6,6 +6,7 @@
 //   conv_bwd_w:    gw = corr(large, small), gb = sum(small)
 // so grad-of-grad (create_graph) works to any order.
 #include "kiln/ops/conv.h"
+#include "kiln/ops/conv_algorithm.h"
 
 #include <algorithm>
 #include <array>
@@ -39,7 +40,11 @@ Tensor conv_fwd(const char* op, const ConvGeom& g, const Tensor& large, const Te
   if (needs_grad(large, w, bias)) {
     record(op, {large, w, bias}, {small}, {needs_grad(w) ? large : Tensor(), needs_grad(large) ? w : Tensor()},
            [op, g](const VjpArgs& a) -> Grads {
-             const Tensor& gy = a.grad();
+             // One contiguous copy for both kernels (a permuted or broadcast
+             // gradient would be copied by each), so that backward-weights
+             // also finds the copy backward-data reordered (NOTE [Reordered
+             // inputs] in src/backend/cpu/linalg/conv.cpp).
+             const Tensor gy = a.grad().contiguous();
              Tensor gl, gw, gb;
              if (a.needs(0)) gl = conv_bwd_data(op, g, gy, a.saved[1], {});
              if (a.needs(1)) std::tie(gw, gb) = conv_bwd_w(op, g, a.saved[0], gy, a.needs(2));
@@ -56,7 +61,7 @@ Tensor conv_bwd_data(const char* op, const ConvGeom& g, const Tensor& small, con
   if (needs_grad(small, w, bias)) {
     record(op, {small, w, bias}, {large}, {needs_grad(w) ? small : Tensor(), needs_grad(small) ? w : Tensor()},
            [op, g](const VjpArgs& a) -> Grads {
-             const Tensor& gx = a.grad();  // [B, C, H, W]
+             const Tensor gx = a.grad().contiguous();  // [B, C, H, W], one copy for both kernels (as above)
              Tensor gs, gw, gb;
              if (a.needs(0)) gs = conv_fwd(op, g, gx, a.saved[1], {});
              if (a.needs(1)) gw = conv_bwd_w(op, g, gx, a.saved[0], false).first;
@@ -281,5 +286,9 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   return conv_transpose_any("conv_transpose2d", 2, x, weight, bias, two_d(stride), two_d(padding),
                             two_d(output_padding), groups, two_d(dilation));
 }
+
+void set_conv_winograd(bool enabled) { backend::cpu::set_conv_winograd(enabled); }
+
+bool conv_winograd() { return backend::cpu::conv_winograd(); }
 
 }  // namespace kiln

@@ -4,6 +4,7 @@
 // (first and second order) and error messages.
 #include <functional>
 
+#include "kiln/ops/conv_algorithm.h"
 #include "src/backend/cpu/linalg/conv.h"
 #include "tests/ops/window_args.h"
 #include "tests/support/ops_devices.h"
@@ -122,6 +123,45 @@ TEST(ConvKernels, OneDnnMatchesRef) {
     EXPECT_TRUE(all_close(ab, rb, 1e-4, 1e-4)) << "backward bias";
   }
   EXPECT_GT(dnnl_runs, 40) << "f32 should run on oneDNN";
+}
+
+// NOTE [Winograd] in src/backend/cpu/linalg/conv.cpp: a 3x3 stride-1 f32
+// conv with channels in multiples of 16 runs oneDNN's Winograd kernels on
+// AVX-512 (direct elsewhere), within f32 rounding of the f64 reference in all
+// three passes; set_conv_winograd(false) gives the direct kernels back.
+TEST(ConvKernels, WinogradWhereOfferedMatchesReference) {
+  Generator gen(11);
+  backend::cpu::ConvGeom g{.B = 8, .C = 32, .O = 48, .H = 9, .W = 11, .OH = 9, .OW = 11, .KH = 3, .KW = 3,
+                           .pt = 1, .pl = 1, .pb = 1, .pr = 1};
+  Tensor large = randn({g.B, g.C, g.H, g.W}, gen), small = randn({g.B, g.O, g.OH, g.OW}, gen);
+  Tensor w = mul(randn({g.O, g.C, 3, 3}, gen), 0.1), bo = randn({g.O}, gen);
+  Tensor r = empty(small.shape()), rd = empty(large.shape()), rw = empty(w.shape()), rb = empty({g.O});
+  backend::cpu::ref::conv_forward(g, large, w, &bo, r);
+  backend::cpu::ref::conv_backward_data(g, small, w, nullptr, rd);
+  backend::cpu::ref::conv_backward_weights(g, large, small, rw, &rb);
+  ASSERT_TRUE(conv_winograd()) << "on by default";
+  for (bool wino : {true, false}) {
+    SCOPED_TRACE(wino ? "winograd" : "direct");
+    set_conv_winograd(wino);
+    EXPECT_EQ(backend::cpu::conv_winograd(), wino);
+    Tensor a = empty(small.shape()), ad = empty(large.shape()), aw = empty(w.shape()), ab = empty({g.O});
+    backend::cpu::conv_forward(g, large, w, &bo, a);
+    const std::string impl = backend::cpu::last_conv_impl();
+    const bool ran_wino = impl.rfind("jit_wino", 0) == 0;
+    // ONEDNN_MAX_CPU_ISA=AVX2 hides oneDNN's AVX-512 kernels: direct then, as on an AVX2 CPU.
+    const bool offered = cpu_info().avx512 && std::getenv("ONEDNN_MAX_CPU_ISA") == nullptr;
+    if (!wino || offered) EXPECT_EQ(ran_wino, wino) << impl;
+    EXPECT_EQ(impl.find("ref"), std::string::npos) << impl;
+    backend::cpu::conv_backward_data(g, small, w, nullptr, ad);
+    EXPECT_EQ(backend::cpu::last_conv_impl().rfind("jit_wino", 0) == 0, ran_wino) << backend::cpu::last_conv_impl();
+    backend::cpu::conv_backward_weights(g, large, small, aw, &ab);
+    EXPECT_EQ(backend::cpu::last_conv_impl().rfind("jit_wino", 0) == 0, ran_wino) << backend::cpu::last_conv_impl();
+    EXPECT_TRUE(all_close(a, r, 1e-5, 2e-5)) << "forward";
+    EXPECT_TRUE(all_close(ad, rd, 1e-5, 2e-5)) << "backward data";
+    EXPECT_TRUE(all_close(aw, rw, 1e-5, 1e-4)) << "backward weights";
+    EXPECT_TRUE(all_close(ab, rb, 1e-5, 1e-4)) << "backward bias";
+  }
+  set_conv_winograd(true);
 }
 
 TEST(ConvKernels, F32RunsOnOneDnnAndBf16IsClose) {

@@ -246,6 +246,36 @@ TEST(UnaryKernel, VectorizedF32MathWithinAFewUlp) {
   }
 }
 
+TEST(UnaryKernel, GeluTanhF32WithinItsConditioning) {
+  // f32 gelu_tanh is x / (1 + e^(-v)), v = 2 sqrt(2/pi) (x + 0.044715 x^3)
+  // (src/backend/cpu/elementwise/elementwise_ops.h): each of the few
+  // roundings in v (relative 2^-24) becomes an absolute error in v and so a
+  // relative one in e^(-v), up to about |v| ulp each; no f32 formula that
+  // computes v does better for x < 0 (the tanh form rounded to 0 from x = -9
+  // on). So the bound is a few ulp plus 4 |v|. The derivative the same way,
+  // away from its zero near x = -0.75 (cancellation).
+  std::vector<float> xs;
+  for (float x = -12.0f; x <= 12.0f; x += 0.00531f) xs.push_back(x);
+  for (float x : {0.0f, -0.0f, 1e-30f, -1e-30f, 30.0f, 1e4f, INFINITY}) xs.push_back(x);
+  Tensor x32 = tensor<float>(xs), x64 = to(x32, kF64);
+  auto got = gelu(x32, GeluApproximation::tanh).to_vector<float>();
+  auto want = to(gelu(x64, GeluApproximation::tanh), kF32).to_vector<float>();
+  Tensor xg32 = x32.detach().requires_grad_(), xg64 = x64.detach().requires_grad_();
+  gelu(xg32, GeluApproximation::tanh).backward(ones_like(xg32));
+  gelu(xg64, GeluApproximation::tanh).backward(ones_like(xg64));
+  auto dgot = xg32.grad().to_vector<float>();
+  auto dwant = to(xg64.grad(), kF32).to_vector<float>();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double x = xs[i], v = std::fabs(2 * 0.7978845608 * (x + 0.044715 * x * x * x));
+    const int64_t bound = 4 + int64_t(4 * std::min(v, 1e6));
+    if (std::fabs(want[i]) < 1e-30f && std::fabs(got[i]) < 1e-30f) continue;  // deep tail: any tiny value
+    if (std::fabs(dwant[i]) < 1e-30f && std::fabs(dgot[i]) < 1e-30f) continue;
+    EXPECT_LE(ulps(got[i], want[i]), bound) << "x = " << x << ": " << got[i] << " vs " << want[i];
+    if (std::fabs(x + 0.7517916) > 0.05)
+      EXPECT_LE(ulps(dgot[i], dwant[i]), 2 * bound + 8) << "grad at x = " << x << ": " << dgot[i] << " vs " << dwant[i];
+  }
+}
+
 TEST(UnaryKernel, GeluBackwardF32SharesOneExpBitForBit) {
   for_each_kernel_isa([&](KernelIsa) {
     // The f32 GELU derivative computes e^(-x^2 / 2) once for Phi and phi

@@ -46,6 +46,14 @@ void conv_backward_weights(const ConvGeom& g, const Tensor& large, const Tensor&
 /// fall back to slow code.
 const std::string& last_conv_impl();
 
+/// Whether eligible convolutions (f32, 3x3, stride 1, no groups or dilation,
+/// channels multiples of 16) run oneDNN's Winograd kernels where the CPU has
+/// them (NOTE [Winograd] in conv.cpp). On by default; KILN_CONV_WINOGRAD=0 at
+/// start-up or set_conv_winograd(false) keeps every convolution direct.
+/// Process-wide; primitives are cached per setting.
+void set_conv_winograd(bool enabled);
+bool conv_winograd();
+
 /// Primitive-cache statistics of the calling thread (tests, benchmarks).
 struct ConvCacheStats {
   int64_t hits = 0, misses = 0, size = 0;
