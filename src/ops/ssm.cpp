@@ -19,6 +19,8 @@ namespace kiln {
 namespace {
 
 constexpr const char* kOp = "mamba3_scan";
+// From this many steps on, Mamba3ScanAlgo::automatic takes the chunked form.
+constexpr int64_t kChunkedMinT = 16;
 
 bool has_shape(const Tensor& t, std::initializer_list<int64_t> s) {
   if (t.dim() != static_cast<int64_t>(s.size())) return false;
@@ -96,11 +98,13 @@ Tensor contig(const Tensor& t) { return t.defined() ? contiguous(t) : Tensor(); 
 // it unchanged.
 Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& adt, const Tensor& dt,
                              const Tensor& trap, const Tensor& q_bias, const Tensor& k_bias, const Tensor& angles,
-                             const Tensor& D, const Tensor& z, const Mamba3State& initial, int64_t chunk) {
+                             const Tensor& D, const Tensor& z, const Mamba3State& initial, int64_t chunk,
+                             Mamba3ScanAlgo algo) {
   check_args(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, initial);
   KILN_CHECK(chunk > 0, kOp, "chunk must be positive, got {}", chunk);
   const int64_t B = q.shape()[0], T = q.shape()[1], H = q.shape()[2], N = q.shape()[3], P = v.shape()[3],
                 R = angles.shape()[3];
+  const bool chunked = algo == Mamba3ScanAlgo::chunked || (algo == Mamba3ScanAlgo::automatic && T >= kChunkedMinT);
   const DType dty = q.dtype();
   const bool grad = needs_grad(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z) ||
                     needs_grad(initial.angle, initial.h, initial.k, initial.v);
@@ -123,7 +127,8 @@ Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, 
     s.h_ckpt = Tensor::empty({B, H, (T + chunk - 1) / chunk, P, N}, dty, kCPU);
     s.o_all = Tensor::empty({B, T, H, P}, dty, kCPU);
   }
-  backend::cpu::mamba3_scan_forward(s);
+  if (chunked) backend::cpu::mamba3_scan_forward_chunked(s);
+  else backend::cpu::mamba3_scan_forward(s);
   Mamba3ScanResult out{s.y, {s.angle_T, s.h_T, s.k_T, s.v_T}};
   if (grad) {
     const Tensor ins[] = {q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z,
@@ -132,7 +137,7 @@ Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, 
     const Tensor saved[] = {s.q,  s.k, s.v,      s.adt,    s.dt,     s.trap,   s.q_bias, s.k_bias,
                             s.angles, s.D, s.z, s.angle0, s.h0, s.k0, s.v0, s.theta_all, s.h_ckpt, s.o_all};
     record(kOp, std::span<const Tensor>(ins), std::span<const Tensor>(outs), std::span<const Tensor>(saved),
-           [chunk](const VjpArgs& a) -> Grads {
+           [chunk, chunked](const VjpArgs& a) -> Grads {
              KILN_CHECK(!GradMode::is_enabled(), kOp, "has no second derivative (backward with create_graph)");
              backend::cpu::Mamba3Scan s;
              const auto& sv = a.saved;
@@ -148,7 +153,8 @@ Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, 
              g.dtrap = like(s.trap), g.dangles = like(s.angles), g.dq_bias = like(s.q_bias);
              g.dk_bias = like(s.k_bias), g.dD = like(s.D), g.dz = like(s.z);
              g.d_angle0 = like(s.angle0), g.d_h0 = like(s.h0), g.d_k0 = like(s.k0), g.d_v0 = like(s.v0);
-             backend::cpu::mamba3_scan_backward(s, g);
+             if (chunked) backend::cpu::mamba3_scan_backward_chunked(s, g);
+             else backend::cpu::mamba3_scan_backward(s, g);
              Grads out = {g.dq,    g.dk,      g.dv,     g.dadt,   g.ddt,      g.dtrap, g.dq_bias, g.dk_bias,
                           g.dangles, g.dD,   g.dz,     g.d_angle0, g.d_h0, g.d_k0,    g.d_v0};
              for (size_t i = 0; i < out.size(); ++i)

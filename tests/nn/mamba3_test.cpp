@@ -136,17 +136,22 @@ TEST(Mamba3Scan, GoldenAgainstPyTorchReference) {
 
 // The per-ISA kernels against the f64 reference kernel, forward and
 // backward, with chunk boundaries inside the sequence.
+// Both forms: the sequential recurrence and the chunked matrix form (chunks
+// of 5: four whole and one of 3; and of 16: one whole, one of 7).
 TEST(Mamba3Scan, FastKernelsMatchReference) {
   testing::for_each_kernel_isa([&](KernelIsa) {
+   for (int64_t chunk : {5, 16})
+   for (bool chunked : {false, true})
     for (bool full : {false, true}) {
-      SCOPED_TRACE(full ? "D, z, initial state" : "plain");
+      SCOPED_TRACE(std::string(chunked ? "chunked" : "sequential") + ", chunk " + std::to_string(chunk) +
+                   (full ? ", D, z, initial state" : ", plain"));
       const int64_t B = 2, T = 23, H = 3, N = 12, P = 5, R = 3;
       ScanInputs in = make_inputs(B, T, H, N, P, R, full, full, full, kF64);
       backend::cpu::Mamba3Scan s;
       s.q = in.q, s.k = in.k, s.v = in.v, s.adt = in.adt, s.dt = in.dt, s.trap = in.trap;
       s.q_bias = in.q_bias, s.k_bias = in.k_bias, s.angles = in.angles, s.D = in.D, s.z = in.z;
       s.angle0 = in.init.angle, s.h0 = in.init.h, s.k0 = in.init.k, s.v0 = in.init.v;
-      s.chunk = 5;
+      s.chunk = chunk;
       auto outs = [&](backend::cpu::Mamba3Scan& o) {
         o.y = zeros({B, T, H, P}, {.dtype = kF64});
         o.angle_T = zeros({B, H, R}, {.dtype = kF64});
@@ -158,9 +163,10 @@ TEST(Mamba3Scan, FastKernelsMatchReference) {
       outs(fast);
       outs(ref);
       fast.theta_all = zeros({B, T, H, R}, {.dtype = kF64});
-      fast.h_ckpt = zeros({B, H, (T + 4) / 5, P, N}, {.dtype = kF64});
+      fast.h_ckpt = zeros({B, H, (T + chunk - 1) / chunk, P, N}, {.dtype = kF64});
       if (full) fast.o_all = zeros({B, T, H, P}, {.dtype = kF64});  // the plain case recomputes o
-      backend::cpu::mamba3_scan_forward(fast);
+      if (chunked) backend::cpu::mamba3_scan_forward_chunked(fast);
+      else backend::cpu::mamba3_scan_forward(fast);
       backend::cpu::ref::mamba3_scan_forward(ref);
       EXPECT_TRUE(testing::all_close(fast.y, ref.y, 1e-12, 1e-12));
       EXPECT_TRUE(testing::all_close(fast.h_T, ref.h_T, 1e-12, 1e-12));
@@ -182,7 +188,8 @@ TEST(Mamba3Scan, FastKernelsMatchReference) {
         return g;
       };
       backend::cpu::Mamba3ScanGrads gf = grads(fast), gr = grads(ref);
-      backend::cpu::mamba3_scan_backward(fast, gf);
+      if (chunked) backend::cpu::mamba3_scan_backward_chunked(fast, gf);
+      else backend::cpu::mamba3_scan_backward(fast, gf);
       backend::cpu::ref::mamba3_scan_backward(ref, gr);
       const std::pair<Tensor*, Tensor*> pairs[] = {
           {&gf.dq, &gr.dq},         {&gf.dk, &gr.dk},           {&gf.dv, &gr.dv},         {&gf.dadt, &gr.dadt},

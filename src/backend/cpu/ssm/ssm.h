@@ -53,6 +53,15 @@ void mamba3_scan_forward(const Mamba3Scan& s);
 /// the recurrence's adjoint backwards through it.
 void mamba3_scan_backward(const Mamba3Scan& s, const Mamba3ScanGrads& g);
 
+/// The same two functions in chunked matrix form (NOTE [Mamba-3 chunked
+/// scan] in isa/ssm_chunked.cpp): chunks of `chunk` steps, the outputs of a
+/// chunk as products of [chunk, N], [chunk, chunk] and [chunk, P] blocks, the
+/// state carried from chunk to chunk. Same contracts, same saved tensors
+/// (either backward runs from either forward); equal to the sequential kernels
+/// within rounding, not bit for bit.
+void mamba3_scan_forward_chunked(const Mamba3Scan& s);
+void mamba3_scan_backward_chunked(const Mamba3Scan& s, const Mamba3ScanGrads& g);
+
 namespace ref {
 /// The reference: f64 loops, one (b, h) at a time, every state kept. theta_all
 /// and h_ckpt are not used.

@@ -1,0 +1,78 @@
+// Helpers shared by the two scan kernels of one ISA copy (isa/ssm.cpp, the
+// sequential recurrence; isa/ssm_chunked.cpp, the chunked matrix form):
+// pointer access, the angle wrap, the rotation and one step's gates.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "src/backend/cpu/ssm/ssm.h"
+
+namespace kiln::backend::cpu::KILN_ISA_NS {
+namespace scan {
+
+constexpr double kPi = 3.14159265358979323846;
+
+template <class T>
+const T* cp(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <class T>
+T* mp(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
+
+// x - 2 pi floor(x / 2 pi): the angle state in [0, 2 pi), as upstream's step.
+template <class T>
+T wrap(T x) {
+  const T two_pi = T(2 * kPi);
+  return x - two_pi * std::floor(x / two_pi);
+}
+
+// out = rot(in + bias, theta): pairs (2i, 2i + 1) for i < R turned by theta_i
+// (cos cs[i], sin sn[i]), the rest (n >= 2R) passed through.
+template <class T>
+inline void rotate(const T* __restrict in, const T* __restrict bias, const T* __restrict cs, const T* __restrict sn,
+                   int64_t N, int64_t R, T* __restrict out) {
+#pragma omp simd
+  for (int64_t i = 0; i < R; ++i) {
+    const T x0 = in[2 * i] + bias[2 * i], x1 = in[2 * i + 1] + bias[2 * i + 1];
+    out[2 * i] = x0 * cs[i] - x1 * sn[i];
+    out[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+  }
+#pragma omp simd
+  for (int64_t n = 2 * R; n < N; ++n) out[n] = in[n] + bias[n];
+}
+
+struct Dims {
+  int64_t B, T, H, N, P, R, chunk, nc;
+};
+
+inline Dims dims_of(const Mamba3Scan& s) {
+  Dims d{};
+  d.B = s.q.shape()[0];
+  d.T = s.q.shape()[1];
+  d.H = s.q.shape()[2];
+  d.N = s.q.shape()[3];
+  d.P = s.v.shape()[3];
+  d.R = s.angles.shape()[3];
+  d.chunk = std::max<int64_t>(1, s.chunk);
+  d.nc = (d.T + d.chunk - 1) / d.chunk;
+  return d;
+}
+
+// One step's gates from its raw inputs.
+template <class T>
+struct Gates {
+  T s, alpha, beta, gamma;
+  Gates(T adt, T dt, T trap) {
+    s = T(1) / (T(1) + std::exp(-trap));
+    alpha = std::exp(adt);
+    beta = (T(1) - s) * dt * alpha;
+    gamma = s * dt;
+  }
+};
+
+}  // namespace scan
+}  // namespace kiln::backend::cpu::KILN_ISA_NS
