@@ -359,6 +359,7 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
           }
           const T* vr = W.V.data() + j * Pp;
           T acc = 0;
+#pragma omp simd reduction(+ : acc)
           for (int64_t p = 0; p < P; ++p) acc += dor[p] * vr[p];
           pD += acc;
           const T Ej = W.E[j];
@@ -416,11 +417,13 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
           const T* xr = G.X.data() + i * Pp;
           const T* vr = W.V.data() + i * Pp;
           T* dvr = G.dV.data() + i * Pp;
+          const T* dor = G.dO.data() + i * Pp;
           const T mi = W.m[i];
           T acc = 0;
+#pragma omp simd reduction(+ : acc)
           for (int64_t p = 0; p < P; ++p) {
             acc += xr[p] * vr[p];
-            dvr[p] += mi * xr[p] + Dh * G.dO[i * Pp + p];
+            dvr[p] += mi * xr[p] + Dh * dor[p];
           }
           dmv[i] = acc;
         }
@@ -434,6 +437,7 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
           T* dqr = G.dQ.data() + j * Np;
           const T Ej = W.E[j];
           T acc = 0;
+#pragma omp simd reduction(+ : acc)
           for (int64_t n = 0; n < N; ++n) {
             acc += xr[n] * qr[n];
             dqr[n] += Ej * xr[n];
@@ -459,6 +463,7 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
           const T* dhr = G.dHt.data() + n * Pp;
           const T* hr = W.Ht.data() + n * Pp;
           T* d0 = G.dHt0.data() + n * Pp;
+#pragma omp simd reduction(+ : hdot)
           for (int64_t p = 0; p < P; ++p) {
             hdot += dhr[p] * hr[p];
             d0[p] += El * dhr[p];
@@ -472,10 +477,13 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
         for (int64_t n = 0; n < N; ++n) {
           const T* d0 = G.dHt0.data() + n * Pp;
           const T kn = W.kp[n];
+          const T* vp = W.vp.data();
+          T* dvv = G.dvv.data();
           T acc = 0;
+#pragma omp simd reduction(+ : acc)
           for (int64_t p = 0; p < P; ++p) {
-            acc += d0[p] * W.vp[p];
-            G.dvv[p] += d0[p] * kn;
+            acc += d0[p] * vp[p];
+            dvv[p] += d0[p] * kn;
           }
           G.dqv[n] = e0 * acc;  // dk_-1
           de0 += kn * acc;
