@@ -59,10 +59,11 @@ void forward_t(const Mamba3Scan& s) {
         T* thp = th.data();
 #pragma omp simd
         for (int64_t i = 0; i < R; ++i) thp[i] = math::tanh(ar[i]);  // vectorised (f32)
+        T *thv = theta.data(), *csv = cs.data(), *snv = sn.data();
+#pragma omp simd
         for (int64_t i = 0; i < R; ++i) {
-          theta[i] = wrap<T>(theta[i] + T(kPi) * th[i] * dtv);
-          cs[i] = std::cos(theta[i]);
-          sn[i] = std::sin(theta[i]);
+          thv[i] = wrap<T>(thv[i] + T(kPi) * thp[i] * dtv);
+          sin_cos(thv[i], snv[i], csv[i]);
         }
         if (th_all) std::copy_n(theta.data(), R, th_all + r * R);
         if (ckpt && t % d.chunk == 0) std::copy_n(h, P * N, ckpt + (bh * d.nc + t / d.chunk) * P * N);
@@ -135,10 +136,10 @@ void backward_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
       const T Dh = D ? D[hh] : T(0);
       auto row = [&](int64_t t) { return (b * d.T + t) * H + hh; };
       auto trig = [&](int64_t r) {
-        for (int64_t i = 0; i < R; ++i) {
-          cs[i] = std::cos(th_all[r * R + i]);
-          sn[i] = std::sin(th_all[r * R + i]);
-        }
+        const T* thr = th_all + r * R;
+        T *csv = cs.data(), *snv = sn.data();
+#pragma omp simd
+        for (int64_t i = 0; i < R; ++i) sin_cos(thr[i], snv[i], csv[i]);
       };
       for (int64_t c = d.nc - 1; c >= 0; --c) {
         const int64_t t0 = c * C, L = std::min(d.T, t0 + C) - t0;

@@ -146,10 +146,11 @@ void forward_chunked_t(const Mamba3Scan& s) {
           T* thp = W.th.data();
 #pragma omp simd
           for (int64_t i = 0; i < R; ++i) thp[i] = math::tanh(ar[i]);
+          T *thv = W.theta.data(), *csv = W.cs.data(), *snv = W.sn.data();
+#pragma omp simd
           for (int64_t i = 0; i < R; ++i) {
-            W.theta[i] = wrap<T>(W.theta[i] + T(kPi) * thp[i] * dtv);
-            W.cs[i] = std::cos(W.theta[i]);
-            W.sn[i] = std::sin(W.theta[i]);
+            thv[i] = wrap<T>(thv[i] + T(kPi) * thp[i] * dtv);
+            sin_cos(thv[i], snv[i], csv[i]);
           }
           if (th_all) std::copy_n(W.theta.data(), R, th_all + r * R);
           rotate_row(W, q, k, qb + hh * N, kb + hh * N, N, R, r, j);
@@ -274,10 +275,10 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
       std::copy_n(daT + bh * R, R, dthc.data());
       const T Dh = D ? D[hh] : T(0);
       auto trig = [&](int64_t r) {
-        for (int64_t i = 0; i < R; ++i) {
-          W.cs[i] = std::cos(th_all[r * R + i]);
-          W.sn[i] = std::sin(th_all[r * R + i]);
-        }
+        const T* thr = th_all + r * R;
+        T *csv = W.cs.data(), *snv = W.sn.data();
+#pragma omp simd
+        for (int64_t i = 0; i < R; ++i) sin_cos(thr[i], snv[i], csv[i]);
       };
       for (int64_t c0 = d.nc - 1; c0 >= 0; --c0) {
         const int64_t t0 = c0 * d.chunk, Lc = std::min(d.T, t0 + d.chunk) - t0;
