@@ -52,7 +52,7 @@ enum class Mamba3ScanAlgo { automatic, sequential, chunked };
 Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& adt, const Tensor& dt,
                              const Tensor& trap, const Tensor& q_bias, const Tensor& k_bias, const Tensor& angles,
                              const Tensor& D = {}, const Tensor& z = {}, const Mamba3State& initial = {},
-                             int64_t chunk = 64, Mamba3ScanAlgo algo = Mamba3ScanAlgo::automatic);
+                             int64_t chunk = 32, Mamba3ScanAlgo algo = Mamba3ScanAlgo::automatic);
 
 /// The same computed by the reference kernel (f64 loops, every state kept;
 /// no autograd): what tests hold mamba3_scan to.
