@@ -95,7 +95,10 @@ Tensor contig(const Tensor& t) { return t.defined() ? contiguous(t) : Tensor(); 
 // time from its checkpoint and runs the adjoint of the recurrence through the
 // chunk, last step first (src/backend/cpu/ssm/isa/ssm.cpp). The floor in the
 // angle's wrap is piecewise constant, so the angle's gradient passes through
-// it unchanged.
+// it unchanged. From kChunkedMinT steps on (or when asked) forward and
+// backward take the chunked matrix form instead (NOTE [Mamba-3 chunked scan]
+// in src/backend/cpu/ssm/isa/ssm_chunked.cpp), from the same saved tensors;
+// the node remembers which form ran.
 Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& adt, const Tensor& dt,
                              const Tensor& trap, const Tensor& q_bias, const Tensor& k_bias, const Tensor& angles,
                              const Tensor& D, const Tensor& z, const Mamba3State& initial, int64_t chunk,
