@@ -86,6 +86,11 @@ void check_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
 
 Tensor contig(const Tensor& t) { return t.defined() ? contiguous(t) : Tensor(); }
 
+// q or k [B, T, H, N] expanded over the heads (stride 0 on H, as nn::Mamba3
+// passes its one group of B and C): the kernels read its [B, T, 1, N] rows
+// for every head instead of H copies.
+bool heads_shared(const Tensor& t) { return t.shape()[2] > 1 && t.strides()[2] == 0; }
+
 }  // namespace
 
 // NOTE [Mamba-3 scan backward]: forward keeps every step's angle state
@@ -114,7 +119,9 @@ Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, 
   backend::cpu::Mamba3Scan s;
   {
     NoGradGuard no_grad;
-    s.q = contig(q), s.k = contig(k), s.v = contig(v), s.adt = contig(adt), s.dt = contig(dt);
+    if (heads_shared(q) && heads_shared(k)) s.q = contig(narrow(q, 2, 0, 1)), s.k = contig(narrow(k, 2, 0, 1));
+    else s.q = contig(q), s.k = contig(k);
+    s.v = contig(v), s.adt = contig(adt), s.dt = contig(dt);
     s.trap = contig(trap), s.q_bias = contig(q_bias), s.k_bias = contig(k_bias), s.angles = contig(angles);
     s.D = contig(D), s.z = contig(z);
     s.angle0 = contig(initial.angle), s.h0 = contig(initial.h), s.k0 = contig(initial.k), s.v0 = contig(initial.v);
@@ -152,7 +159,9 @@ Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, 
              g.dy = contiguous(a.grads[0]), g.d_angle_T = contiguous(a.grads[1]), g.d_h_T = contiguous(a.grads[2]);
              g.d_k_T = contiguous(a.grads[3]), g.d_v_T = contiguous(a.grads[4]);
              auto like = [](const Tensor& t) { return t.defined() ? Tensor::empty(t.shape(), t.dtype(), kCPU) : Tensor(); };
-             g.dq = like(s.q), g.dk = like(s.k), g.dv = like(s.v), g.dadt = like(s.adt), g.ddt = like(s.dt);
+             const Shape qk_shape = {s.v.shape()[0], s.v.shape()[1], s.v.shape()[2], s.q.shape()[3]};
+             g.dq = Tensor::empty(qk_shape, s.q.dtype(), kCPU), g.dk = Tensor::empty(qk_shape, s.k.dtype(), kCPU);
+             g.dv = like(s.v), g.dadt = like(s.adt), g.ddt = like(s.dt);
              g.dtrap = like(s.trap), g.dangles = like(s.angles), g.dq_bias = like(s.q_bias);
              g.dk_bias = like(s.k_bias), g.dD = like(s.D), g.dz = like(s.z);
              g.d_angle0 = like(s.angle0), g.d_h0 = like(s.h0), g.d_k0 = like(s.k0), g.d_v0 = like(s.v0);

@@ -299,6 +299,30 @@ TEST(Mamba3Scan, StepsEqualOneCall) {
   EXPECT_TRUE(close_to(chunked.y, ref.y, 1e-5));
 }
 
+// q and k expanded over the heads (nn::Mamba3's one group): the kernels read
+// one row for every head; outputs and every gradient equal those of
+// contiguous copies, bit for bit, in both forms.
+TEST(Mamba3Scan, HeadSharedQKEqualCopies) {
+  const int64_t B = 2, T = 40, H = 3, N = 8, P = 4, R = 2;
+  ScanInputs in = make_inputs(B, T, H, N, P, R, true, true, true);
+  Tensor q1 = det({B, T, 1, N}, 41), k1 = det({B, T, 1, N}, 42);
+  for (auto algo : {Mamba3ScanAlgo::sequential, Mamba3ScanAlgo::chunked}) {
+    SCOPED_TRACE(algo == Mamba3ScanAlgo::chunked ? "chunked" : "sequential");
+    std::vector<Tensor> outs[2];
+    for (int shared = 0; shared < 2; ++shared) {
+      Tensor qs = q1.detach().clone().requires_grad_(true), ks = k1.detach().clone().requires_grad_(true);
+      Tensor vv = in.v.detach().clone().requires_grad_(true);
+      Tensor qx = expand(qs, {B, T, H, N}), kx = expand(ks, {B, T, H, N});
+      if (!shared) qx = contiguous(qx), kx = contiguous(kx);
+      Mamba3ScanResult r = mamba3_scan(qx, kx, vv, in.adt, in.dt, in.trap, in.q_bias, in.k_bias, in.angles, in.D,
+                                       in.z, in.init, 16, algo);
+      golden_loss(r).backward();
+      outs[shared] = {r.y, r.state.h, r.state.k, qs.grad(), ks.grad(), vv.grad()};
+    }
+    for (size_t i = 0; i < outs[0].size(); ++i) EXPECT_TRUE(testing::equal(outs[0][i], outs[1][i])) << i;
+  }
+}
+
 TEST(Mamba3Scan, BadArgumentsAreErrors) {
   ScanInputs in = make_inputs(1, 4, 2, 8, 4, 2, true, true, true);
   auto call = [&](ScanInputs x) { return run(x); };

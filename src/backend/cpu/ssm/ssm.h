@@ -18,7 +18,9 @@
 
 namespace kiln::backend::cpu {
 
-/// Forward of the scan. Layouts (contiguous): q, k [B, T, H, N]; v, z, y
+/// Forward of the scan. Layouts (contiguous): q, k [B, T, H, N] or [B, T, 1, N]
+/// (one row for every head: the op passes an expanded q, k so; the
+/// reference kernels take [B, T, H, N] only), their gradients [B, T, H, N]; v, z, y
 /// [B, T, H, P]; adt, dt, trap [B, T, H]; angles [B, T, H, R]; q_bias, k_bias
 /// [H, N]; D [H]; states: angle [B, H, R], h [B, H, P, N], k [B, H, N], v [B, H, P].
 /// D, z, and the initial states (all four or none) may be undefined. Writes y

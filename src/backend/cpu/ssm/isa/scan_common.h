@@ -72,13 +72,18 @@ inline void rotate(const T* __restrict in, const T* __restrict bias, const T* __
 
 struct Dims {
   int64_t B, T, H, N, P, R, chunk, nc;
+  int64_t QH;  // heads of q and k: H, or 1 when every head reads the same q, k rows (Mamba3Scan)
 };
+
+// The row of q and k [B, T, QH, N] for row r = (b T + t) H + h of [B, T, H].
+inline int64_t qk_row(const Dims& d, int64_t r) { return d.QH == d.H ? r : r / d.H; }
 
 inline Dims dims_of(const Mamba3Scan& s) {
   Dims d{};
   d.B = s.q.shape()[0];
   d.T = s.q.shape()[1];
-  d.H = s.q.shape()[2];
+  d.H = s.v.shape()[2];
+  d.QH = s.q.shape()[2];
   d.N = s.q.shape()[3];
   d.P = s.v.shape()[3];
   d.R = s.angles.shape()[3];

@@ -67,8 +67,8 @@ void forward_t(const Mamba3Scan& s) {
         }
         if (th_all) std::copy_n(theta.data(), R, th_all + r * R);
         if (ckpt && t % d.chunk == 0) std::copy_n(h, P * N, ckpt + (bh * d.nc + t / d.chunk) * P * N);
-        rotate(q + r * N, qb + hh * N, cs.data(), sn.data(), N, R, qr.data());
-        rotate(k + r * N, kb + hh * N, cs.data(), sn.data(), N, R, kr.data());
+        rotate(q + qk_row(d, r) * N, qb + hh * N, cs.data(), sn.data(), N, R, qr.data());
+        rotate(k + qk_row(d, r) * N, kb + hh * N, cs.data(), sn.data(), N, R, kr.data());
         const Gates<T> g(adt[r], dtv, trap[r]);
         const T* vr = v + r * P;
         const T *kpp = kp.data(), *krp = kr.data(), *qrp = qr.data();
@@ -152,7 +152,7 @@ void backward_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
         } else {
           const int64_t r = row(t0 - 1);
           trig(r);
-          rotate(k + r * N, kb + hh * N, cs.data(), sn.data(), N, R, kbuf.data());
+          rotate(k + qk_row(d, r) * N, kb + hh * N, cs.data(), sn.data(), N, R, kbuf.data());
           std::copy_n(v + r * P, P, vstart.data());
         }
         for (int64_t j = 0; j < L; ++j) {
@@ -160,8 +160,8 @@ void backward_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
           trig(r);
           std::copy_n(cs.data(), R, csb.data() + j * R);  // kept for the adjoint's rotation
           std::copy_n(sn.data(), R, snb.data() + j * R);
-          rotate(q + r * N, qb + hh * N, cs.data(), sn.data(), N, R, qbuf.data() + j * N);
-          rotate(k + r * N, kb + hh * N, cs.data(), sn.data(), N, R, kbuf.data() + (j + 1) * N);
+          rotate(q + qk_row(d, r) * N, qb + hh * N, cs.data(), sn.data(), N, R, qbuf.data() + j * N);
+          rotate(k + qk_row(d, r) * N, kb + hh * N, cs.data(), sn.data(), N, R, kbuf.data() + (j + 1) * N);
           const Gates<T> g(adt[r], dt[r], trap[r]);
           const T* vr = v + r * P;
           const T* vpr = j == 0 ? vstart.data() : v + row(t0 + j - 1) * P;

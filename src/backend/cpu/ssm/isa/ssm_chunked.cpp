@@ -100,12 +100,12 @@ inline void decay_row(const T* c, int64_t j, T* dec) {
   for (int64_t i = 0; i < j; ++i) dec[i] = math::exp(cj - c[i]);
 }
 
-// Rotated q, k of step r (angle state theta, already updated) into the chunk's row j.
+// Rotated q, k of row rq of q, k (the angle state's cos, sin in W) into the chunk's row j.
 template <class T>
 inline void rotate_row(Work<T>& W, const T* q, const T* k, const T* qb, const T* kb, int64_t N, int64_t R,
-                       int64_t r, int64_t j) {
-  rotate(q + r * N, qb, W.cs.data(), W.sn.data(), N, R, W.Q.data() + j * W.Np);
-  rotate(k + r * N, kb, W.cs.data(), W.sn.data(), N, R, W.K.data() + j * W.Np);
+                       int64_t rq, int64_t j) {
+  rotate(q + rq * N, qb, W.cs.data(), W.sn.data(), N, R, W.Q.data() + j * W.Np);
+  rotate(k + rq * N, kb, W.cs.data(), W.sn.data(), N, R, W.K.data() + j * W.Np);
 }
 
 template <class T>
@@ -153,7 +153,7 @@ void forward_chunked_t(const Mamba3Scan& s) {
             sin_cos(thv[i], snv[i], csv[i]);
           }
           if (th_all) std::copy_n(W.theta.data(), R, th_all + r * R);
-          rotate_row(W, q, k, qb + hh * N, kb + hh * N, N, R, r, j);
+          rotate_row(W, q, k, qb + hh * N, kb + hh * N, N, R, qk_row(d, r), j);
           std::copy_n(v + r * P, P, W.V.data() + j * Pp);
         }
         chunk_gates(W, adt, dt, trap, Lc, row);
@@ -293,7 +293,7 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
         } else {
           const int64_t r = (b * d.T + t0 - 1) * H + hh;
           trig(r);
-          rotate(k + r * N, kb + hh * N, W.cs.data(), W.sn.data(), N, R, W.kp.data());
+          rotate(k + qk_row(d, r) * N, kb + hh * N, W.cs.data(), W.sn.data(), N, R, W.kp.data());
           std::copy_n(v + r * P, P, W.vp.data());
         }
         for (int64_t j = 0; j < Lc; ++j) {
@@ -301,7 +301,7 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
           trig(r);
           std::copy_n(W.cs.data(), R, G.csb.data() + j * R);
           std::copy_n(W.sn.data(), R, G.snb.data() + j * R);
-          rotate_row(W, q, k, qb + hh * N, kb + hh * N, N, R, r, j);
+          rotate_row(W, q, k, qb + hh * N, kb + hh * N, N, R, qk_row(d, r), j);
           std::copy_n(v + r * P, P, W.V.data() + j * Pp);
         }
         chunk_gates(W, adt, dt, trap, Lc, row);
