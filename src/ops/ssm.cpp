@@ -19,6 +19,8 @@ namespace kiln {
 namespace {
 
 constexpr const char* kOp = "mamba3_scan";
+// From this many steps on, Mamba3ScanAlgo::automatic takes the chunked form.
+constexpr int64_t kChunkedMinT = 16;
 
 bool has_shape(const Tensor& t, std::initializer_list<int64_t> s) {
   if (t.dim() != static_cast<int64_t>(s.size())) return false;
@@ -84,6 +86,11 @@ void check_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
 
 Tensor contig(const Tensor& t) { return t.defined() ? contiguous(t) : Tensor(); }
 
+// q or k [B, T, H, N] expanded over the heads (stride 0 on H, as nn::Mamba3
+// passes its one group of B and C): the kernels read its [B, T, 1, N] rows
+// for every head instead of H copies.
+bool heads_shared(const Tensor& t) { return t.shape()[2] > 1 && t.strides()[2] == 0; }
+
 }  // namespace
 
 // NOTE [Mamba-3 scan backward]: forward keeps every step's angle state
@@ -93,21 +100,28 @@ Tensor contig(const Tensor& t) { return t.defined() ? contiguous(t) : Tensor(); 
 // time from its checkpoint and runs the adjoint of the recurrence through the
 // chunk, last step first (src/backend/cpu/ssm/isa/ssm.cpp). The floor in the
 // angle's wrap is piecewise constant, so the angle's gradient passes through
-// it unchanged.
+// it unchanged. From kChunkedMinT steps on (or when asked) forward and
+// backward take the chunked matrix form instead (NOTE [Mamba-3 chunked scan]
+// in src/backend/cpu/ssm/isa/ssm_chunked.cpp), from the same saved tensors;
+// the node remembers which form ran.
 Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& adt, const Tensor& dt,
                              const Tensor& trap, const Tensor& q_bias, const Tensor& k_bias, const Tensor& angles,
-                             const Tensor& D, const Tensor& z, const Mamba3State& initial, int64_t chunk) {
+                             const Tensor& D, const Tensor& z, const Mamba3State& initial, int64_t chunk,
+                             Mamba3ScanAlgo algo) {
   check_args(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, initial);
   KILN_CHECK(chunk > 0, kOp, "chunk must be positive, got {}", chunk);
   const int64_t B = q.shape()[0], T = q.shape()[1], H = q.shape()[2], N = q.shape()[3], P = v.shape()[3],
                 R = angles.shape()[3];
+  const bool chunked = algo == Mamba3ScanAlgo::chunked || (algo == Mamba3ScanAlgo::automatic && T >= kChunkedMinT);
   const DType dty = q.dtype();
   const bool grad = needs_grad(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z) ||
                     needs_grad(initial.angle, initial.h, initial.k, initial.v);
   backend::cpu::Mamba3Scan s;
   {
     NoGradGuard no_grad;
-    s.q = contig(q), s.k = contig(k), s.v = contig(v), s.adt = contig(adt), s.dt = contig(dt);
+    if (heads_shared(q) && heads_shared(k)) s.q = contig(narrow(q, 2, 0, 1)), s.k = contig(narrow(k, 2, 0, 1));
+    else s.q = contig(q), s.k = contig(k);
+    s.v = contig(v), s.adt = contig(adt), s.dt = contig(dt);
     s.trap = contig(trap), s.q_bias = contig(q_bias), s.k_bias = contig(k_bias), s.angles = contig(angles);
     s.D = contig(D), s.z = contig(z);
     s.angle0 = contig(initial.angle), s.h0 = contig(initial.h), s.k0 = contig(initial.k), s.v0 = contig(initial.v);
@@ -123,7 +137,8 @@ Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, 
     s.h_ckpt = Tensor::empty({B, H, (T + chunk - 1) / chunk, P, N}, dty, kCPU);
     s.o_all = Tensor::empty({B, T, H, P}, dty, kCPU);
   }
-  backend::cpu::mamba3_scan_forward(s);
+  if (chunked) backend::cpu::mamba3_scan_forward_chunked(s);
+  else backend::cpu::mamba3_scan_forward(s);
   Mamba3ScanResult out{s.y, {s.angle_T, s.h_T, s.k_T, s.v_T}};
   if (grad) {
     const Tensor ins[] = {q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z,
@@ -132,7 +147,7 @@ Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, 
     const Tensor saved[] = {s.q,  s.k, s.v,      s.adt,    s.dt,     s.trap,   s.q_bias, s.k_bias,
                             s.angles, s.D, s.z, s.angle0, s.h0, s.k0, s.v0, s.theta_all, s.h_ckpt, s.o_all};
     record(kOp, std::span<const Tensor>(ins), std::span<const Tensor>(outs), std::span<const Tensor>(saved),
-           [chunk](const VjpArgs& a) -> Grads {
+           [chunk, chunked](const VjpArgs& a) -> Grads {
              KILN_CHECK(!GradMode::is_enabled(), kOp, "has no second derivative (backward with create_graph)");
              backend::cpu::Mamba3Scan s;
              const auto& sv = a.saved;
@@ -144,11 +159,14 @@ Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, 
              g.dy = contiguous(a.grads[0]), g.d_angle_T = contiguous(a.grads[1]), g.d_h_T = contiguous(a.grads[2]);
              g.d_k_T = contiguous(a.grads[3]), g.d_v_T = contiguous(a.grads[4]);
              auto like = [](const Tensor& t) { return t.defined() ? Tensor::empty(t.shape(), t.dtype(), kCPU) : Tensor(); };
-             g.dq = like(s.q), g.dk = like(s.k), g.dv = like(s.v), g.dadt = like(s.adt), g.ddt = like(s.dt);
+             const Shape qk_shape = {s.v.shape()[0], s.v.shape()[1], s.v.shape()[2], s.q.shape()[3]};
+             g.dq = Tensor::empty(qk_shape, s.q.dtype(), kCPU), g.dk = Tensor::empty(qk_shape, s.k.dtype(), kCPU);
+             g.dv = like(s.v), g.dadt = like(s.adt), g.ddt = like(s.dt);
              g.dtrap = like(s.trap), g.dangles = like(s.angles), g.dq_bias = like(s.q_bias);
              g.dk_bias = like(s.k_bias), g.dD = like(s.D), g.dz = like(s.z);
              g.d_angle0 = like(s.angle0), g.d_h0 = like(s.h0), g.d_k0 = like(s.k0), g.d_v0 = like(s.v0);
-             backend::cpu::mamba3_scan_backward(s, g);
+             if (chunked) backend::cpu::mamba3_scan_backward_chunked(s, g);
+             else backend::cpu::mamba3_scan_backward(s, g);
              Grads out = {g.dq,    g.dk,      g.dv,     g.dadt,   g.ddt,      g.dtrap, g.dq_bias, g.dk_bias,
                           g.dangles, g.dD,   g.dz,     g.d_angle0, g.d_h0, g.d_k0,    g.d_v0};
              for (size_t i = 0; i < out.size(); ++i)

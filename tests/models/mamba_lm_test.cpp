@@ -115,6 +115,36 @@ TEST(MambaLM, StepEqualsForward) {
   }
 }
 
+// Generation holds a state of fixed size: after every one of 400 steps the
+// state has the zero state's shapes, and the memory held between steps is
+// the same at step 400 as at step 20 (no cache that grows with the length;
+// the time per byte is bench/run mamba_generate's).
+TEST(MambaLM, GenerationStateDoesNotGrow) {
+  Rngs rngs{{"params", 3}};
+  models::MambaLM lm(tiny(), rngs);
+  lm.eval();
+  NoGradGuard no_grad;
+  const models::MambaState zero = lm.backbone->zero_state(1);
+  auto [logits, st] = lm.forward(tensor(std::vector<int64_t>{70, 105, 114, 115, 116}, {1, 5}));
+  Generator gen(0);
+  int64_t tok = 32, held_at_20 = -1, held_at_400 = -2;
+  for (int64_t i = 1; i <= 400; ++i) {
+    auto [lt, s2] = lm.step(tensor(std::vector<int64_t>{tok}, {1}), st);
+    st = std::move(s2);
+    tok = models::sample_token(select(lt, 0, 0), {.temperature = 1.0}, gen);
+    ASSERT_EQ(st.size(), zero.size());
+    for (size_t l = 0; l < st.size(); ++l) {
+      ASSERT_EQ(st[l].h.shape(), zero[l].h.shape()) << i;
+      ASSERT_EQ(st[l].k.shape(), zero[l].k.shape()) << i;
+      ASSERT_EQ(st[l].v.shape(), zero[l].v.shape()) << i;
+      ASSERT_EQ(st[l].angle.shape(), zero[l].angle.shape()) << i;
+    }
+    if (i == 20) held_at_20 = memory_stats().current_bytes;
+    if (i == 400) held_at_400 = memory_stats().current_bytes;
+  }
+  EXPECT_EQ(held_at_400, held_at_20);
+}
+
 TEST(MambaLM, LearnsARepeatedText) {
   Rngs rngs{{"params", 2}};
   models::MambaLM lm(tiny(), rngs);

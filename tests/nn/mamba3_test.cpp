@@ -136,17 +136,22 @@ TEST(Mamba3Scan, GoldenAgainstPyTorchReference) {
 
 // The per-ISA kernels against the f64 reference kernel, forward and
 // backward, with chunk boundaries inside the sequence.
+// Both forms: the sequential recurrence and the chunked matrix form (chunks
+// of 5: four whole and one of 3; and of 16: one whole, one of 7).
 TEST(Mamba3Scan, FastKernelsMatchReference) {
   testing::for_each_kernel_isa([&](KernelIsa) {
+   for (int64_t chunk : {5, 16})
+   for (bool chunked : {false, true})
     for (bool full : {false, true}) {
-      SCOPED_TRACE(full ? "D, z, initial state" : "plain");
+      SCOPED_TRACE(std::string(chunked ? "chunked" : "sequential") + ", chunk " + std::to_string(chunk) +
+                   (full ? ", D, z, initial state" : ", plain"));
       const int64_t B = 2, T = 23, H = 3, N = 12, P = 5, R = 3;
       ScanInputs in = make_inputs(B, T, H, N, P, R, full, full, full, kF64);
       backend::cpu::Mamba3Scan s;
       s.q = in.q, s.k = in.k, s.v = in.v, s.adt = in.adt, s.dt = in.dt, s.trap = in.trap;
       s.q_bias = in.q_bias, s.k_bias = in.k_bias, s.angles = in.angles, s.D = in.D, s.z = in.z;
       s.angle0 = in.init.angle, s.h0 = in.init.h, s.k0 = in.init.k, s.v0 = in.init.v;
-      s.chunk = 5;
+      s.chunk = chunk;
       auto outs = [&](backend::cpu::Mamba3Scan& o) {
         o.y = zeros({B, T, H, P}, {.dtype = kF64});
         o.angle_T = zeros({B, H, R}, {.dtype = kF64});
@@ -158,9 +163,10 @@ TEST(Mamba3Scan, FastKernelsMatchReference) {
       outs(fast);
       outs(ref);
       fast.theta_all = zeros({B, T, H, R}, {.dtype = kF64});
-      fast.h_ckpt = zeros({B, H, (T + 4) / 5, P, N}, {.dtype = kF64});
+      fast.h_ckpt = zeros({B, H, (T + chunk - 1) / chunk, P, N}, {.dtype = kF64});
       if (full) fast.o_all = zeros({B, T, H, P}, {.dtype = kF64});  // the plain case recomputes o
-      backend::cpu::mamba3_scan_forward(fast);
+      if (chunked) backend::cpu::mamba3_scan_forward_chunked(fast);
+      else backend::cpu::mamba3_scan_forward(fast);
       backend::cpu::ref::mamba3_scan_forward(ref);
       EXPECT_TRUE(testing::all_close(fast.y, ref.y, 1e-12, 1e-12));
       EXPECT_TRUE(testing::all_close(fast.h_T, ref.h_T, 1e-12, 1e-12));
@@ -182,7 +188,8 @@ TEST(Mamba3Scan, FastKernelsMatchReference) {
         return g;
       };
       backend::cpu::Mamba3ScanGrads gf = grads(fast), gr = grads(ref);
-      backend::cpu::mamba3_scan_backward(fast, gf);
+      if (chunked) backend::cpu::mamba3_scan_backward_chunked(fast, gf);
+      else backend::cpu::mamba3_scan_backward(fast, gf);
       backend::cpu::ref::mamba3_scan_backward(ref, gr);
       const std::pair<Tensor*, Tensor*> pairs[] = {
           {&gf.dq, &gr.dq},         {&gf.dk, &gr.dk},           {&gf.dv, &gr.dv},         {&gf.dadt, &gr.dadt},
@@ -209,19 +216,22 @@ TEST(Mamba3Scan, GradcheckF64) {
   in.init.angle = full({B, H, R}, 2.0, {.dtype = kF64});
   std::vector<Tensor> xs;
   for (Tensor* t : in.all()) xs.push_back(t->detach().clone().requires_grad_(true));
-  auto fn = [](const std::vector<Tensor>& x) -> std::vector<Tensor> {
-    Mamba3ScanResult r = mamba3_scan(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10],
-                                     Mamba3State{x[11], x[12], x[13], x[14]}, /*chunk=*/2);
-    return {r.y, r.state.angle, r.state.h, r.state.k, r.state.v};
-  };
-  EXPECT_GRADCHECK(fn, xs);
-  // Without D, gate and initial state.
-  std::vector<Tensor> ys(xs.begin(), xs.begin() + 9);
-  auto fn2 = [](const std::vector<Tensor>& x) -> std::vector<Tensor> {
-    Mamba3ScanResult r = mamba3_scan(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], {}, {}, {}, 3);
-    return {r.y, r.state.h, r.state.k};
-  };
-  EXPECT_GRADCHECK(fn2, ys);
+  for (auto algo : {Mamba3ScanAlgo::sequential, Mamba3ScanAlgo::chunked}) {
+    SCOPED_TRACE(algo == Mamba3ScanAlgo::chunked ? "chunked" : "sequential");
+    auto fn = [algo](const std::vector<Tensor>& x) -> std::vector<Tensor> {
+      Mamba3ScanResult r = mamba3_scan(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10],
+                                       Mamba3State{x[11], x[12], x[13], x[14]}, /*chunk=*/2, algo);
+      return {r.y, r.state.angle, r.state.h, r.state.k, r.state.v};
+    };
+    EXPECT_GRADCHECK(fn, xs);
+    // Without D, gate and initial state.
+    std::vector<Tensor> ys(xs.begin(), xs.begin() + 9);
+    auto fn2 = [algo](const std::vector<Tensor>& x) -> std::vector<Tensor> {
+      Mamba3ScanResult r = mamba3_scan(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], {}, {}, {}, 3, algo);
+      return {r.y, r.state.h, r.state.k};
+    };
+    EXPECT_GRADCHECK(fn2, ys);
+  }
 }
 
 TEST(Mamba3Scan, BitwiseSameOnOneAndTwoThreads) {
@@ -230,9 +240,11 @@ TEST(Mamba3Scan, BitwiseSameOnOneAndTwoThreads) {
     set_num_threads(threads);
     ScanInputs in = make_inputs(B, T, H, N, P, R, true, true, true);
     for (Tensor* t : in.all()) t->requires_grad_(true);
-    Mamba3ScanResult r = run(in);
+    Mamba3ScanResult r = run(in);  // T 70: the chunked form
     golden_loss(r).backward();
-    std::vector<Tensor> out{r.y, r.state.h, r.state.angle};
+    Mamba3ScanResult rs = mamba3_scan(in.q, in.k, in.v, in.adt, in.dt, in.trap, in.q_bias, in.k_bias, in.angles,
+                                      in.D, in.z, in.init, 64, Mamba3ScanAlgo::sequential);
+    std::vector<Tensor> out{r.y, r.state.h, r.state.angle, rs.y, rs.state.h};
     for (Tensor* t : in.all()) out.push_back(t->grad());
     return out;
   };
@@ -241,37 +253,74 @@ TEST(Mamba3Scan, BitwiseSameOnOneAndTwoThreads) {
   for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(testing::equal(one[i], two[i])) << i;
 }
 
-// T steps in one call equal T calls of one step, bit for bit, and a prefix
-// continued through its state equals the whole sequence.
+// Under the sequential form, T steps in one call equal T calls of one step,
+// bit for bit, and a prefix continued through its state equals the whole
+// sequence; the chunked form (what a long call takes by default) equals them
+// within f32 rounding.
 TEST(Mamba3Scan, StepsEqualOneCall) {
   const int64_t B = 2, T = 200, H = 2, N = 16, P = 4, R = 4;
   ScanInputs in = make_inputs(B, T, H, N, P, R, true, true, false);
-  Mamba3ScanResult whole = run(in);
+  auto sl = [](const Tensor& t, int64_t a, int64_t n) { return t.defined() ? narrow(t, 1, a, n) : t; };
+  auto part = [&](int64_t a, int64_t n, const Mamba3State& st, Mamba3ScanAlgo algo) {
+    return mamba3_scan(sl(in.q, a, n), sl(in.k, a, n), sl(in.v, a, n), sl(in.adt, a, n), sl(in.dt, a, n),
+                       sl(in.trap, a, n), in.q_bias, in.k_bias, sl(in.angles, a, n), in.D, sl(in.z, a, n), st, 64,
+                       algo);
+  };
+  const Mamba3ScanResult whole = part(0, T, {}, Mamba3ScanAlgo::sequential);
+  const Mamba3ScanResult chunked = part(0, T, {}, Mamba3ScanAlgo::chunked);
+  const Mamba3ScanResult automatic = part(0, T, {}, Mamba3ScanAlgo::automatic);
   Mamba3State st;
   std::vector<Tensor> ys;
-  auto sl = [](const Tensor& t, int64_t a, int64_t n) { return t.defined() ? narrow(t, 1, a, n) : t; };
   for (int64_t t = 0; t < T; ++t) {
-    Mamba3ScanResult r = mamba3_scan(sl(in.q, t, 1), sl(in.k, t, 1), sl(in.v, t, 1), sl(in.adt, t, 1),
-                                     sl(in.dt, t, 1), sl(in.trap, t, 1), in.q_bias, in.k_bias, sl(in.angles, t, 1),
-                                     in.D, sl(in.z, t, 1), st);
+    Mamba3ScanResult r = part(t, 1, st, Mamba3ScanAlgo::automatic);  // one step: the sequential form
     ys.push_back(r.y);
     st = r.state;
   }
   EXPECT_TRUE(testing::equal(cat(ys, 1), whole.y));
   EXPECT_TRUE(testing::equal(st.h, whole.state.h));
   EXPECT_TRUE(testing::equal(st.angle, whole.state.angle));
-  // prefix (120) + rest (80)
-  Mamba3ScanResult a = mamba3_scan(sl(in.q, 0, 120), sl(in.k, 0, 120), sl(in.v, 0, 120), sl(in.adt, 0, 120),
-                                   sl(in.dt, 0, 120), sl(in.trap, 0, 120), in.q_bias, in.k_bias,
-                                   sl(in.angles, 0, 120), in.D, sl(in.z, 0, 120));
-  Mamba3ScanResult b = mamba3_scan(sl(in.q, 120, 80), sl(in.k, 120, 80), sl(in.v, 120, 80), sl(in.adt, 120, 80),
-                                   sl(in.dt, 120, 80), sl(in.trap, 120, 80), in.q_bias, in.k_bias,
-                                   sl(in.angles, 120, 80), in.D, sl(in.z, 120, 80), a.state);
-  EXPECT_TRUE(testing::equal(cat({a.y, b.y}, 1), whole.y));
+  EXPECT_TRUE(testing::equal(automatic.y, chunked.y));  // T 200: automatic is chunked
+  EXPECT_TRUE(close_to(chunked.y, whole.y, 1e-5));
+  EXPECT_TRUE(close_to(chunked.state.h, whole.state.h, 1e-5));
+  EXPECT_TRUE(close_to(chunked.state.k, whole.state.k, 1e-5));
+  EXPECT_TRUE(testing::equal(chunked.state.v, whole.state.v));
+  EXPECT_TRUE(close_to(chunked.state.angle, whole.state.angle, 1e-5, /*circular=*/true));
+  // prefix (120) + rest (80), each form
+  for (auto algo : {Mamba3ScanAlgo::sequential, Mamba3ScanAlgo::chunked}) {
+    Mamba3ScanResult a = part(0, 120, {}, algo);
+    Mamba3ScanResult b = part(120, 80, a.state, algo);
+    if (algo == Mamba3ScanAlgo::sequential) EXPECT_TRUE(testing::equal(cat({a.y, b.y}, 1), whole.y));
+    else EXPECT_TRUE(close_to(cat({a.y, b.y}, 1), whole.y, 1e-5));
+  }
   // The reference kernel agrees.
   Mamba3ScanResult ref = mamba3_scan_reference(in.q, in.k, in.v, in.adt, in.dt, in.trap, in.q_bias, in.k_bias,
                                                in.angles, in.D, in.z);
   EXPECT_TRUE(close_to(whole.y, ref.y, 1e-5));
+  EXPECT_TRUE(close_to(chunked.y, ref.y, 1e-5));
+}
+
+// q and k expanded over the heads (nn::Mamba3's one group): the kernels read
+// one row for every head; outputs and every gradient equal those of
+// contiguous copies, bit for bit, in both forms.
+TEST(Mamba3Scan, HeadSharedQKEqualCopies) {
+  const int64_t B = 2, T = 40, H = 3, N = 8, P = 4, R = 2;
+  ScanInputs in = make_inputs(B, T, H, N, P, R, true, true, true);
+  Tensor q1 = det({B, T, 1, N}, 41), k1 = det({B, T, 1, N}, 42);
+  for (auto algo : {Mamba3ScanAlgo::sequential, Mamba3ScanAlgo::chunked}) {
+    SCOPED_TRACE(algo == Mamba3ScanAlgo::chunked ? "chunked" : "sequential");
+    std::vector<Tensor> outs[2];
+    for (int shared = 0; shared < 2; ++shared) {
+      Tensor qs = q1.detach().clone().requires_grad_(true), ks = k1.detach().clone().requires_grad_(true);
+      Tensor vv = in.v.detach().clone().requires_grad_(true);
+      Tensor qx = expand(qs, {B, T, H, N}), kx = expand(ks, {B, T, H, N});
+      if (!shared) qx = contiguous(qx), kx = contiguous(kx);
+      Mamba3ScanResult r = mamba3_scan(qx, kx, vv, in.adt, in.dt, in.trap, in.q_bias, in.k_bias, in.angles, in.D,
+                                       in.z, in.init, 16, algo);
+      golden_loss(r).backward();
+      outs[shared] = {r.y, r.state.h, r.state.k, qs.grad(), ks.grad(), vv.grad()};
+    }
+    for (size_t i = 0; i < outs[0].size(); ++i) EXPECT_TRUE(testing::equal(outs[0][i], outs[1][i])) << i;
+  }
 }
 
 TEST(Mamba3Scan, BadArgumentsAreErrors) {

@@ -39,7 +39,7 @@ struct MambaConfig {
   int64_t headdim = 32;
   double rope_fraction = 0.5;
   double dt_min = 1e-3, dt_max = 0.1;
-  int64_t chunk_size = 64;
+  int64_t chunk_size = 32;
 
   nn::Mamba3Options mixer() const;
   /// kiln::Error ([MambaConfig] ...) naming the first bad field.

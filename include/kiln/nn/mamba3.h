@@ -32,7 +32,7 @@ struct Mamba3Options {
   double dt_max = 0.1;
   double dt_init_floor = 1e-4;
   double A_floor = 1e-4;  // A <= -A_floor
-  int64_t chunk_size = 64;  // steps per stored state in the scan's backward
+  int64_t chunk_size = 32;  // the scan's chunk: steps per stored state in backward, the chunked form's block length
 };
 
 /// The recurrent state of one Mamba3 layer (kiln/ops/ssm.h's Mamba3State):

@@ -25,6 +25,13 @@ struct Mamba3ScanResult {
   Mamba3State state;  // after the last step
 };
 
+/// How mamba3_scan computes: `sequential` runs the recurrence step by step
+/// (what `step` uses; T calls of one step equal one call of T steps bit for
+/// bit); `chunked` the chunked matrix form (chunks of `chunk` steps, block
+/// products inside a chunk, the state carried between chunks; equal within
+/// rounding); `automatic` picks chunked for T >= 16, else sequential.
+enum class Mamba3ScanAlgo { automatic, sequential, chunked };
+
 /// Runs T steps of, per (b, h) (upstream's mamba3_siso_step_ref):
 ///   theta  = (theta + pi tanh(angles_t) dt_t) mod 2 pi
 ///   qr, kr = rot(q_t + q_bias, theta), rot(k_t + k_bias, theta)   (pairs (2i, 2i+1), i < R)
@@ -38,13 +45,14 @@ struct Mamba3ScanResult {
 /// f32 or f64, all one dtype, CPU. Differentiable in every tensor argument
 /// (including the initial state) and through the returned state; no second
 /// derivative. `chunk`: how many steps share one stored state for backward
-/// (memory B H ceil(T / chunk) P N). Results do not depend on the thread
-/// count, and a call with T steps equals T calls of one step bit for bit.
+/// (memory B H ceil(T / chunk) P N), and the chunked form's chunk length.
+/// Results do not depend on the thread count; under `sequential` a call with
+/// T steps equals T calls of one step bit for bit.
 ///   auto [y, st] = mamba3_scan(C, Bm, x, adt, dt, trap, c_bias, b_bias, ang, D, z);
 Mamba3ScanResult mamba3_scan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& adt, const Tensor& dt,
                              const Tensor& trap, const Tensor& q_bias, const Tensor& k_bias, const Tensor& angles,
                              const Tensor& D = {}, const Tensor& z = {}, const Mamba3State& initial = {},
-                             int64_t chunk = 64);
+                             int64_t chunk = 32, Mamba3ScanAlgo algo = Mamba3ScanAlgo::automatic);
 
 /// The same computed by the reference kernel (f64 loops, every state kept;
 /// no autograd): what tests hold mamba3_scan to.

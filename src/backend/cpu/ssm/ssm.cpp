@@ -12,4 +12,10 @@ void mamba3_scan_backward(const Mamba3Scan& s, const Mamba3ScanGrads& g) {
   KILN_ISA_CALL(mamba3_scan_backward, s, g);
 }
 
+void mamba3_scan_forward_chunked(const Mamba3Scan& s) { KILN_ISA_CALL(mamba3_scan_forward_chunked, s); }
+
+void mamba3_scan_backward_chunked(const Mamba3Scan& s, const Mamba3ScanGrads& g) {
+  KILN_ISA_CALL(mamba3_scan_backward_chunked, s, g);
+}
+
 }  // namespace kiln::backend::cpu

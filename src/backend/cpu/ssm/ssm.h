@@ -18,7 +18,9 @@
 
 namespace kiln::backend::cpu {
 
-/// Forward of the scan. Layouts (contiguous): q, k [B, T, H, N]; v, z, y
+/// Forward of the scan. Layouts (contiguous): q, k [B, T, H, N] or [B, T, 1, N]
+/// (one row for every head: the op passes an expanded q, k so; the
+/// reference kernels take [B, T, H, N] only), their gradients [B, T, H, N]; v, z, y
 /// [B, T, H, P]; adt, dt, trap [B, T, H]; angles [B, T, H, R]; q_bias, k_bias
 /// [H, N]; D [H]; states: angle [B, H, R], h [B, H, P, N], k [B, H, N], v [B, H, P].
 /// D, z, and the initial states (all four or none) may be undefined. Writes y
@@ -52,6 +54,15 @@ void mamba3_scan_forward(const Mamba3Scan& s);
 /// first) it recomputes the chunk's states from the checkpoint, then runs
 /// the recurrence's adjoint backwards through it.
 void mamba3_scan_backward(const Mamba3Scan& s, const Mamba3ScanGrads& g);
+
+/// The same two functions in chunked matrix form (NOTE [Mamba-3 chunked
+/// scan] in isa/ssm_chunked.cpp): chunks of `chunk` steps, the outputs of a
+/// chunk as products of [chunk, N], [chunk, chunk] and [chunk, P] blocks, the
+/// state carried from chunk to chunk. Same contracts, same saved tensors
+/// (either backward runs from either forward); equal to the sequential kernels
+/// within rounding, not bit for bit.
+void mamba3_scan_forward_chunked(const Mamba3Scan& s);
+void mamba3_scan_backward_chunked(const Mamba3Scan& s, const Mamba3ScanGrads& g);
 
 namespace ref {
 /// The reference: f64 loops, one (b, h) at a time, every state kept. theta_all

@@ -7,6 +7,7 @@
 // thread count. Compiled once per kernel ISA (NOTE [Per-ISA kernels] in
 // CMakeLists.txt); the reference kernels are in ../ssm_ref.cpp.
 #include "src/backend/cpu/ssm/isa/ssm.h"
+#include "src/backend/cpu/ssm/isa/scan_common.h"
 
 #include <algorithm>
 #include <cmath>
@@ -21,67 +22,7 @@ namespace kiln::backend::cpu::KILN_ISA_NS {
 
 namespace {
 
-constexpr double kPi = 3.14159265358979323846;
-
-template <class T>
-const T* cp(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-template <class T>
-T* mp(const Tensor& t) {
-  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
-}
-
-// x - 2 pi floor(x / 2 pi): the angle state in [0, 2 pi), as upstream's step.
-template <class T>
-T wrap(T x) {
-  const T two_pi = T(2 * kPi);
-  return x - two_pi * std::floor(x / two_pi);
-}
-
-// out = rot(in + bias, theta): pairs (2i, 2i + 1) for i < R turned by theta_i
-// (cos cs[i], sin sn[i]), the rest (n >= 2R) passed through.
-template <class T>
-inline void rotate(const T* __restrict in, const T* __restrict bias, const T* __restrict cs, const T* __restrict sn,
-                   int64_t N, int64_t R, T* __restrict out) {
-#pragma omp simd
-  for (int64_t i = 0; i < R; ++i) {
-    const T x0 = in[2 * i] + bias[2 * i], x1 = in[2 * i + 1] + bias[2 * i + 1];
-    out[2 * i] = x0 * cs[i] - x1 * sn[i];
-    out[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
-  }
-#pragma omp simd
-  for (int64_t n = 2 * R; n < N; ++n) out[n] = in[n] + bias[n];
-}
-
-struct Dims {
-  int64_t B, T, H, N, P, R, chunk, nc;
-};
-
-Dims dims_of(const Mamba3Scan& s) {
-  Dims d{};
-  d.B = s.q.shape()[0];
-  d.T = s.q.shape()[1];
-  d.H = s.q.shape()[2];
-  d.N = s.q.shape()[3];
-  d.P = s.v.shape()[3];
-  d.R = s.angles.shape()[3];
-  d.chunk = std::max<int64_t>(1, s.chunk);
-  d.nc = (d.T + d.chunk - 1) / d.chunk;
-  return d;
-}
-
-// One step's gates from its raw inputs.
-template <class T>
-struct Gates {
-  T s, alpha, beta, gamma;
-  Gates(T adt, T dt, T trap) {
-    s = T(1) / (T(1) + std::exp(-trap));
-    alpha = std::exp(adt);
-    beta = (T(1) - s) * dt * alpha;
-    gamma = s * dt;
-  }
-};
+using namespace scan;
 
 template <class T>
 void forward_t(const Mamba3Scan& s) {
@@ -118,15 +59,16 @@ void forward_t(const Mamba3Scan& s) {
         T* thp = th.data();
 #pragma omp simd
         for (int64_t i = 0; i < R; ++i) thp[i] = math::tanh(ar[i]);  // vectorised (f32)
+        T *thv = theta.data(), *csv = cs.data(), *snv = sn.data();
+#pragma omp simd
         for (int64_t i = 0; i < R; ++i) {
-          theta[i] = wrap<T>(theta[i] + T(kPi) * th[i] * dtv);
-          cs[i] = std::cos(theta[i]);
-          sn[i] = std::sin(theta[i]);
+          thv[i] = wrap<T>(thv[i] + T(kPi) * thp[i] * dtv);
+          sin_cos(thv[i], snv[i], csv[i]);
         }
         if (th_all) std::copy_n(theta.data(), R, th_all + r * R);
         if (ckpt && t % d.chunk == 0) std::copy_n(h, P * N, ckpt + (bh * d.nc + t / d.chunk) * P * N);
-        rotate(q + r * N, qb + hh * N, cs.data(), sn.data(), N, R, qr.data());
-        rotate(k + r * N, kb + hh * N, cs.data(), sn.data(), N, R, kr.data());
+        rotate(q + qk_row(d, r) * N, qb + hh * N, cs.data(), sn.data(), N, R, qr.data());
+        rotate(k + qk_row(d, r) * N, kb + hh * N, cs.data(), sn.data(), N, R, kr.data());
         const Gates<T> g(adt[r], dtv, trap[r]);
         const T* vr = v + r * P;
         const T *kpp = kp.data(), *krp = kr.data(), *qrp = qr.data();
@@ -194,10 +136,10 @@ void backward_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
       const T Dh = D ? D[hh] : T(0);
       auto row = [&](int64_t t) { return (b * d.T + t) * H + hh; };
       auto trig = [&](int64_t r) {
-        for (int64_t i = 0; i < R; ++i) {
-          cs[i] = std::cos(th_all[r * R + i]);
-          sn[i] = std::sin(th_all[r * R + i]);
-        }
+        const T* thr = th_all + r * R;
+        T *csv = cs.data(), *snv = sn.data();
+#pragma omp simd
+        for (int64_t i = 0; i < R; ++i) sin_cos(thr[i], snv[i], csv[i]);
       };
       for (int64_t c = d.nc - 1; c >= 0; --c) {
         const int64_t t0 = c * C, L = std::min(d.T, t0 + C) - t0;
@@ -210,7 +152,7 @@ void backward_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
         } else {
           const int64_t r = row(t0 - 1);
           trig(r);
-          rotate(k + r * N, kb + hh * N, cs.data(), sn.data(), N, R, kbuf.data());
+          rotate(k + qk_row(d, r) * N, kb + hh * N, cs.data(), sn.data(), N, R, kbuf.data());
           std::copy_n(v + r * P, P, vstart.data());
         }
         for (int64_t j = 0; j < L; ++j) {
@@ -218,8 +160,8 @@ void backward_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
           trig(r);
           std::copy_n(cs.data(), R, csb.data() + j * R);  // kept for the adjoint's rotation
           std::copy_n(sn.data(), R, snb.data() + j * R);
-          rotate(q + r * N, qb + hh * N, cs.data(), sn.data(), N, R, qbuf.data() + j * N);
-          rotate(k + r * N, kb + hh * N, cs.data(), sn.data(), N, R, kbuf.data() + (j + 1) * N);
+          rotate(q + qk_row(d, r) * N, qb + hh * N, cs.data(), sn.data(), N, R, qbuf.data() + j * N);
+          rotate(k + qk_row(d, r) * N, kb + hh * N, cs.data(), sn.data(), N, R, kbuf.data() + (j + 1) * N);
           const Gates<T> g(adt[r], dt[r], trap[r]);
           const T* vr = v + r * P;
           const T* vpr = j == 0 ? vstart.data() : v + row(t0 + j - 1) * P;

@@ -8,6 +8,8 @@
 namespace kiln::backend::cpu {
 
 KILN_ISA_DECLARE(void mamba3_scan_forward(const Mamba3Scan& s);
-                 void mamba3_scan_backward(const Mamba3Scan& s, const Mamba3ScanGrads& g);)
+                 void mamba3_scan_backward(const Mamba3Scan& s, const Mamba3ScanGrads& g);
+                 void mamba3_scan_forward_chunked(const Mamba3Scan& s);
+                 void mamba3_scan_backward_chunked(const Mamba3Scan& s, const Mamba3ScanGrads& g);)
 
 }  // namespace kiln::backend::cpu

@@ -1,0 +1,92 @@
+// Register-tiled products of small blocks for the chunked Mamba-3 scan
+// (isa/ssm_chunked.cpp): matrices of a chunk's length L (<= a few hundred),
+// the state size N and the head dim P, all in L1/L2. Included only by files of
+// an isa/ folder (KILN_ISA_NS set), so each kernel copy gets the register
+// width of its ISA: zmm (16 f32 / 8 f64 lanes, 32 registers) in the AVX-512
+// copy, ymm (8 / 4 lanes, 16 registers) in the AVX2 copy.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace kiln::backend::cpu::KILN_ISA_NS::block {
+
+#ifdef __AVX512F__
+constexpr int kVecBytes = 64;
+constexpr int kVecRegs = 32;
+#else
+constexpr int kVecBytes = 32;
+constexpr int kVecRegs = 16;
+#endif
+
+// One vector register of A (GCC/Clang vector extension: + and * are one
+// instruction each).
+template <class A>
+struct Vec {
+  typedef A type __attribute__((vector_size(kVecBytes)));
+  static constexpr int W = kVecBytes / int(sizeof(A));
+};
+
+/// n rounded up to whole vectors of A: the padded row length of every block.
+template <class A>
+constexpr int64_t padded(int64_t n) {
+  constexpr int64_t W = Vec<A>::W;
+  return (n + W - 1) / W * W;
+}
+
+// C[r][0, NV W) (+)= sum_k a(r, k) b[k][0, NV W) for r < RM, with the RM x NV
+// accumulators held in registers while k runs (a(r, k) = a[r*sam + k*sak]).
+template <class A, int RM, int NV, bool Acc>
+inline void tile(int64_t K, const A* a, int64_t sam, int64_t sak, const A* b, int64_t ldb, A* c, int64_t ldc) {
+  using V = typename Vec<A>::type;
+  constexpr int W = Vec<A>::W;
+  V acc[RM][NV];
+  for (int r = 0; r < RM; ++r)
+    for (int v = 0; v < NV; ++v) {
+      if constexpr (Acc) std::memcpy(&acc[r][v], c + r * ldc + v * W, sizeof(V));
+      else acc[r][v] = V{};
+    }
+  for (int64_t k = 0; k < K; ++k) {
+    V bv[NV];
+    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], b + k * ldb + v * W, sizeof(V));
+    for (int r = 0; r < RM; ++r) {
+      const A s = a[r * sam + k * sak];
+      for (int v = 0; v < NV; ++v) acc[r][v] += s * bv[v];
+    }
+  }
+  for (int r = 0; r < RM; ++r)
+    for (int v = 0; v < NV; ++v) std::memcpy(c + r * ldc + v * W, &acc[r][v], sizeof(V));
+}
+
+// Columns [0, NV W) of every row of C, RM rows at a time (RM x NV
+// accumulators + NV loads of b + one broadcast fit the register file).
+template <class A, int NV, bool Acc>
+inline void columns(int64_t M, int64_t K, const A* a, int64_t sam, int64_t sak, const A* b, int64_t ldb, A* c,
+                    int64_t ldc) {
+  constexpr int RM = kVecRegs == 32 ? (NV <= 2 ? 8 : 4) : (NV == 1 ? 12 : NV == 2 ? 6 : 2);
+  int64_t m = 0;
+  for (; m + RM <= M; m += RM) tile<A, RM, NV, Acc>(K, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
+  for (; m < M; ++m) tile<A, 1, NV, Acc>(K, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
+}
+
+/// C [M, Nc] (+ when Acc)= A [M, K] @ B [K, Nc]: A's element (m, k) at
+/// a[m*sam + k*sak] (so A or its transpose, read in place), B row-major with
+/// leading dim ldb, C with ldc; Nc a multiple of the vector width (padded()).
+/// Columns of C at or past the real width only hold what B's padding gives.
+template <class A, bool Acc>
+void gemm(int64_t M, int64_t Nc, int64_t K, const A* a, int64_t sam, int64_t sak, const A* b, int64_t ldb, A* c,
+          int64_t ldc) {
+  constexpr int64_t W = Vec<A>::W;
+  int64_t n = 0;
+  for (; n + 2 * W <= Nc; n += 2 * W) columns<A, 2, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
+  if (n < Nc) columns<A, 1, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
+}
+
+/// dst[c][r] = src[r][c] for r < rows, c < cols (leading dims lds, ldd).
+template <class A>
+void transpose(const A* src, int64_t lds, int64_t rows, int64_t cols, A* dst, int64_t ldd) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
+}  // namespace kiln::backend::cpu::KILN_ISA_NS::block
