@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <cstdlib>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -114,11 +113,6 @@ PassReport remove_dead_launches(replay::Recorder& rec) {
     // recording (a parameter, a module's buffer, an input) is kept, as is
     // one that writes nothing (a check that throws on a bad index).
     Buffers b = analyse(rec);
-    if (std::getenv("KILN_COMPILE_DUMP")) {
-      std::string t;
-      for (const Storage* st : b.temporary) t += fmt::format(" {}", (const void*)st);
-      std::fprintf(stderr, "DUMP temporaries%s\n", t.c_str());
-    }
     std::unordered_set<const Storage*> invisible(b.temporary.begin(), b.temporary.end());
     invisible.insert(b.orphans.begin(), b.orphans.end());
     auto& launches = rec.launches();
@@ -207,7 +201,8 @@ PassReport remove_dead_launches(replay::Recorder& rec) {
 }
 
 // Memory planning: the temporaries placed by lifetime in one arena.
-PassReport plan_memory(replay::Recorder& rec, const CaptureEvidence& ev) {
+// `held_bytes`: what the recording holds afterwards (the arena counted once).
+PassReport plan_memory(replay::Recorder& rec, int64_t& held_bytes) {
   Buffers b = analyse(rec);
   for (const Storage* o : b.orphans) rec.replace_storage(o, nullptr);  // a kernel's scratch: nothing needs it
   const auto& launches = rec.launches();
@@ -249,9 +244,21 @@ PassReport plan_memory(replay::Recorder& rec, const CaptureEvidence& ev) {
     total = std::max(total, at + l.bytes);
     placed.push_back(k);
   }
+  // The lower bound of any placement: the most bytes alive at one launch.
+  size_t most_live = 0;
+  {
+    std::vector<int64_t> delta(launches.size() + 1, 0);
+    for (const Life& l : lives) {
+      delta[l.first] += int64_t(l.bytes);
+      delta[l.last + 1] -= int64_t(l.bytes);
+    }
+    int64_t live = 0;
+    for (int64_t d : delta) most_live = std::max(most_live, size_t(live += d));
+  }
   int64_t kept_bytes = 0;
   for (const auto& st : rec.storages())
     if (!index.count(st.get())) kept_bytes += int64_t(st->nbytes());
+  held_bytes = kept_bytes + int64_t(total);
   if (lives.empty())
     return {"MemoryPlanning", PassStatus::Analyzed,
             fmt::format("no temporary buffer to place; {} buffers fixed at record time ({} bytes), no allocation "
@@ -266,12 +273,11 @@ PassReport plan_memory(replay::Recorder& rec, const CaptureEvidence& ev) {
     for (const auto& impl : b.impls[l.st]) impl->storage = moved;
     rec.replace_storage(l.st, moved);  // frees the recording's own buffer
   }
-  (void)ev;
   return {"MemoryPlanning", PassStatus::Applied,
-          fmt::format("{} temporary buffers ({} bytes apart) placed by lifetime in one {}-byte arena, offsets "
-                      "computed once; {} buffers stay where they are ({} bytes: parameters, optimizer state, "
-                      "inputs, outputs, gradients); no allocation in a replay",
-                      lives.size(), separate, total, rec.storages().size() - lives.size(), kept_bytes)};
+          fmt::format("{} temporary buffers ({} bytes apart) placed by lifetime in one {}-byte arena (at most "
+                      "{} bytes alive at once), offsets computed once; {} buffers stay where they are ({} bytes: "
+                      "parameters, optimizer state, inputs, outputs, gradients); no allocation in a replay",
+                      lives.size(), separate, total, most_live, rec.storages().size() - lives.size(), kept_bytes)};
 }
 
 // The passes, in the order, over a finished recording.
@@ -279,14 +285,6 @@ CaptureEvidence run_passes(replay::Recorder& rec) {
   CaptureEvidence ev;
   const auto& launches = rec.launches();
   for (const replay::Launch& l : launches) (l.host_effect ? ev.host_effects : ev.launches)++;
-  if (std::getenv("KILN_COMPILE_DUMP"))
-    for (const replay::Launch& l : launches) {
-      std::string t;
-      for (const Storage* st : l.touched) t += fmt::format(" {}:{}", (const void*)st, st->nbytes());
-      t += " | w";
-      for (const Storage* st : l.writes) t += fmt::format(" {}", (const void*)st);
-      std::fprintf(stderr, "DUMP %s pure=%d%s\n", l.op, int(l.pure), t.c_str());
-    }
   ev.buffers = int64_t(rec.storages().size());
   for (const auto& s : rec.storages()) ev.buffer_bytes += int64_t(s->nbytes());
 
@@ -315,15 +313,15 @@ CaptureEvidence run_passes(replay::Recorder& rec) {
   ev.passes.push_back({"Fusion", PassStatus::NotRun,
                        "not implemented: elementwise chains and bias/activation post-ops run as recorded "
                        "(linear and addmm already add their bias inside the oneDNN GEMM, an eager fusion)"});
-  ev.passes.push_back(plan_memory(rec, ev));
+  int64_t held_bytes = 0;
+  ev.passes.push_back(plan_memory(rec, held_bytes));
   ev.passes.push_back({"KernelSelection", PassStatus::Inherited,
                        "primitives chosen per shape at the first launch by the backend's caches (oneDNN "
                        "primitives, kiln's small-GEMM path, the ISA copy); a replay re-enters them"});
   ev.launches = ev.host_effects = 0;
   for (const replay::Launch& l : rec.launches()) (l.host_effect ? ev.host_effects : ev.launches)++;
   ev.buffers = int64_t(rec.storages().size());
-  ev.buffer_bytes = 0;
-  for (const auto& st : rec.storages()) ev.buffer_bytes += int64_t(st->nbytes());
+  ev.buffer_bytes = held_bytes;
   ev.passes.push_back({"CommandRecording", PassStatus::Applied,
                        fmt::format("{} launches and {} gradient assignments replayed in order", ev.launches,
                                    ev.host_effects)});
