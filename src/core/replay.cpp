@@ -2,6 +2,7 @@
 #include "kiln/core/replay.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "kiln/core/error.h"
 #include "kiln/core/storage.h"
@@ -175,6 +176,9 @@ void host_read(const char* what) {
 void on_data_access(const std::shared_ptr<TensorImpl>& impl) {
   detail::ThreadState& s = detail::state();
   if (!s.rec) return;
+  // parallel_run's workers report to the same recording (parallel.cpp).
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
   const std::shared_ptr<Storage>& storage = impl->storage;
   if (s.launch_depth > 0) {
     if (!s.current) s.rec->touch(storage);
