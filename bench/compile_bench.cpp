@@ -16,13 +16,40 @@ namespace {
 
 using namespace kiln;
 
-// Runs `step` compiled: the recording happens in the first (warm-up) call.
-void run_compiled(const std::string& name, const Workload& w, const MemoryProbe& mem, train::CompiledStep& step,
-                  const std::vector<Tensor>& inputs) {
+// Runs `body` compiled: the recording happens in the first (warm-up) call.
+// The recording is an eager step that keeps every buffer until the passes
+// have planned them, a one-time cost like torch.compile's; "peak_mem" is the
+// steady state of the compiled step (the probe's high-water mark is reset
+// after the recording, and the allocator's cache emptied, as the recording
+// does), "peak_mem_recording" the peak up to the end of the recording. Both
+// are measured from the same base as the eager row's peak_mem. The process's
+// RSS also holds what eager and compiled steps share (oneDNN's reordered
+// inputs, scratchpads and JIT code), so the bench reports tensor memory too:
+// "tensor_mem" is the allocator's peak of live tensor bytes (parameters,
+// optimizer state and the step's buffers) over the replays, "tensor_mem_eager"
+// the same over one eager step of the same body, run twice first.
+void run_compiled(const std::string& name, const Workload& w, const MemoryProbe& mem, train::CompiledStep::Fn body,
+                  train::CompileOptions options, const std::vector<Tensor>& inputs) {
+  body(inputs);
+  reset_peak_memory_stats();
+  body(inputs);
+  const double eager_tensor_mb = double(memory_stats().peak_bytes) / (1024.0 * 1024.0);
+  train::CompiledStep step(body, std::move(options));
   step(inputs);
   KILN_CHECK(step.evidence().replayable, "bench", "{}: the step was not compiled:\n{}", name,
              step.evidence().str());
+  const double recording_mb = mem.added_mb();
+  empty_cache();
+  malloc_trim(0);
+  if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+  reset_peak_memory_stats();
   run_workload(name, w, mem, [&] { step(inputs); });
+  emit(name, "peak_mem_recording", "MB", recording_mb);
+  emit(name, "tensor_mem", "MB", double(memory_stats().peak_bytes) / (1024.0 * 1024.0));
+  emit(name, "tensor_mem_eager", "MB", eager_tensor_mb);
 }
 
 void mlp_compiled(const std::string& name, int64_t batch) {
@@ -35,14 +62,13 @@ void mlp_compiled(const std::string& name, int64_t batch) {
   Generator gen(1);
   Tensor x = randn({batch, 784}, gen), y = randint(0, 10, {batch}, gen);
   double flops = 2.0 * double(batch) * (2 * (784 * 256 + 256 * 256 + 256 * 10) + 256 * 256 + 256 * 10);
-  train::CompiledStep step(
+  run_compiled(
+      name, {.unit = "samples/s", .items_per_step = double(batch), .flops_per_step = flops}, mem,
       [&](const std::vector<Tensor>& in) {
         Tensor loss = cross_entropy(net.forward(in[0]), in[1]);
         return std::vector<Tensor>{loss, train::update_guarded(loss, opt)};
       },
-      {.modules = {&net}});
-  run_compiled(name, {.unit = "samples/s", .items_per_step = double(batch), .flops_per_step = flops}, mem,
-                     step, {x, y});
+      {.modules = {&net}}, {x, y});
 }
 
 void cnn_compiled(const std::string& name, int64_t batch) {
@@ -54,14 +80,13 @@ void cnn_compiled(const std::string& name, int64_t batch) {
   Generator gen(1);
   Tensor x = randn({batch, 1, 28, 28}, gen), y = randint(0, 10, {batch}, gen);
   // The flops of train_cnn_bench.cpp's row are not needed to compare speeds: 0 here.
-  train::CompiledStep step(
+  run_compiled(
+      name, {.unit = "samples/s", .items_per_step = double(batch), .flops_per_step = 0}, mem,
       [&](const std::vector<Tensor>& in) {
         Tensor loss = cross_entropy(net.forward(in[0]), in[1]);
         return std::vector<Tensor>{loss, train::update_guarded(loss, opt)};
       },
-      {.modules = {&net}});
-  run_compiled(name, {.unit = "samples/s", .items_per_step = double(batch), .flops_per_step = 0}, mem, step,
-                     {x, y});
+      {.modules = {&net}}, {x, y});
 }
 
 void gpt_compiled(const std::string& name) {
@@ -74,14 +99,13 @@ void gpt_compiled(const std::string& name) {
   const int64_t B = 12, T = 64;
   Tensor idx = randint(0, cfg.vocab_size, {B, T}, gen);
   Tensor targets = randint(0, cfg.vocab_size, {B, T}, gen);
-  train::CompiledStep step(
+  run_compiled(
+      name, {.unit = "tokens/s", .items_per_step = double(B * T), .flops_per_step = 0}, mem,
       [&](const std::vector<Tensor>& in) {
         Tensor loss = gpt.loss(in[0], in[1]);
         return std::vector<Tensor>{loss, train::update_guarded(loss, opt)};
       },
-      {.modules = {&gpt}});
-  run_compiled(name, {.unit = "tokens/s", .items_per_step = double(B * T), .flops_per_step = 0}, mem, step,
-                     {idx, targets});
+      {.modules = {&gpt}}, {idx, targets});
 }
 
 // train_rl_bench.cpp's actor-critic: trunk 4-64-64 tanh, policy head 2, value head 1.
@@ -109,7 +133,8 @@ void ppo_update_compiled(const std::string& name, int64_t batch) {
   Tensor actions = unsqueeze(randint(0, 2, {batch}, gen), 1);
   Tensor old_logp = randn({batch}, gen) * 0.1 - 0.7;
   Tensor adv = randn({batch}, gen), returns = randn({batch}, gen);
-  train::CompiledStep step(
+  run_compiled(
+      name, {.unit = "steps/s", .items_per_step = 1, .flops_per_step = 0}, mem,
       [&](const std::vector<Tensor>& in) {
         auto [logits, value] = net.forward(in[0]);
         Tensor logp_all = log_softmax(logits, -1);
@@ -120,9 +145,7 @@ void ppo_update_compiled(const std::string& name, int64_t batch) {
         Tensor loss = neg(mean(surr)) + 0.5 * mse_loss(value, in[4]) - 0.01 * entropy;
         return std::vector<Tensor>{loss, train::update_guarded(loss, opt)};
       },
-      {.modules = {&net}});
-  run_compiled(name, {.unit = "steps/s", .items_per_step = 1, .flops_per_step = 0}, mem, step,
-                     {obs, actions, old_logp, adv, returns});
+      {.modules = {&net}}, {obs, actions, old_logp, adv, returns});
 }
 
 void ac_forward_compiled(const std::string& name) {
@@ -133,13 +156,13 @@ void ac_forward_compiled(const std::string& name) {
   Generator gen(1);
   Tensor obs = randn({1, 4}, gen);
   NoGradGuard no_grad;  // grad mode is part of the signature: the whole bench runs without it
-  train::CompiledStep step(
+  run_compiled(
+      name, {.unit = "us/call", .items_per_step = 1, .flops_per_step = 0}, mem,
       [&](const std::vector<Tensor>& in) {
         auto [logits, value] = net.forward(in[0]);
         return std::vector<Tensor>{logits, value};
       },
-      {.modules = {&net}});
-  run_compiled(name, {.unit = "us/call", .items_per_step = 1, .flops_per_step = 0}, mem, step, {obs});
+      {.modules = {&net}}, {obs});
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/generator.h"
 #include "kiln/core/parallel.h"
+#include "kiln/core/replay.h"
 #include "kiln/core/rngs.h"
 #include "kiln/data/bpe_tokenizer.h"
 #include "kiln/data/dataloader.h"
@@ -38,6 +39,7 @@
 #include "kiln/train/callbacks/stop_on_signal.h"
 #include "kiln/train/callbacks/summary.h"
 #include "kiln/train/callbacks/validation.h"
+#include "kiln/train/compiled_step.h"
 #include "kiln/train/signal_guard.h"
 #include "kiln/train/steps.h"
 #include "kiln/train/trainer.h"
@@ -94,7 +96,43 @@ class LmTask : public train::Task {
         params_(model.parameters()),
         grad_clip_(grad_clip) {}
 
+  // --compile (docs/compile.md): training steps recorded once and replayed.
+  // The step runs the backward before the finite checks (they read values,
+  // so they are one launch that runs again at every replay): a finite step
+  // is eager's, bit for bit; a non-finite one is not applied either way.
+  void compile() {
+    compiled_ = std::make_unique<train::CompiledStep>(
+        [this](const std::vector<Tensor>& in) {
+          Tensor loss = loss_(in[0], in[1], true);
+          loss.backward();
+          Tensor applied = Tensor::empty({}, kBool);
+          auto update = [this, loss, applied] {
+            bool ok = std::isfinite(loss.item<double>());
+            if (ok)
+              ok = grad_clip_ > 0 ? std::isfinite(optim::clip_grad_norm_(params_, grad_clip_))
+                                  : train::grads_finite(optimizer());
+            if (ok) optimizer().step();
+            applied.data<bool>()[0] = ok;
+          };
+          if (replay::active()) replay::launch("lm.update", update);
+          else update();
+          optimizer().zero_grad();
+          return std::vector<Tensor>{loss, applied};
+        },
+        train::CompileOptions{.modules = {&model()}});
+  }
+  const train::CompiledStep* compiled() const { return compiled_.get(); }
+  std::string recapture() override {
+    if (!compiled_) return Task::recapture();
+    compiled_->request_recapture();
+    return "the compiled step records again at the next step";
+  }
+
   train::StepResult training_step(const data::Batch& b) override {
+    if (compiled_) {
+      std::vector<Tensor> out = (*compiled_)({b.input, b.target});
+      return {out[0].item<double>(), b.size(), -1, out[1].item<bool>()};
+    }
     Tensor loss = loss_(b.input, b.target, true);
     const double value = loss.item<double>();
     // A non-finite loss is never applied: the Trainer then stops the run or
@@ -127,6 +165,7 @@ class LmTask : public train::Task {
   LossFn loss_;
   nn::ParameterList params_;
   double grad_clip_;
+  std::unique_ptr<train::CompiledStep> compiled_;
 };
 
 // The model's config as an object (CausalLMConfig's own JSON form).
@@ -414,6 +453,8 @@ LmResult train_lm(const LmOptions& options) {
   if (!others.empty()) groups.push_back({others, {{"weight_decay", 0.0}}});
   optim::AdamW opt(groups, {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay});
   LmTask task(*model, forward, loss_fn, opt, rngs, o.grad_clip);
+  KILN_CHECK(!o.compile || !ranks.active(), kOp,
+             "--compile records one process's step; under mpirun the gradients' all-reduce is not recorded");
   // --memory-budget: the largest batch (sequences of --block-size tokens)
   // whose peak fits, from three probe steps that leave the model, the
   // optimizer and the generators as they were; rank 0 probes, before the
@@ -423,6 +464,7 @@ LmResult train_lm(const LmOptions& options) {
     o.batch_size = fit_batch_to_memory(kOp, ranks, task, *probe_set, memory_budget,
                                        {.max_batch = kMaxBatchTokens / o.block_size}, log, "sequence");
   }
+  if (o.compile) task.compile();
   std::shared_ptr<train::DistributedHooks> sync = ranks.wrap(*model);  // rank 0's weights, summed gradients
   auto schedule = std::make_shared<optim::LinearWarmupCosineScheduler>(optim::LinearWarmupCosineOptions{
       .target_lr = o.lr, .min_lr = o.min_lr, .warmup_steps = o.warmup, .total_steps = o.iters});
@@ -523,6 +565,9 @@ LmResult train_lm(const LmOptions& options) {
              r.val_loss, r.train_loss, o.eval_iters, o.batch_size, o.block_size, r.iters);
   fmt::print(log, "time: {:.1f} s training, {:.1f} s wall (evaluations, tokenizer and checkpoints included)\n",
              r.train_seconds, r.wall_seconds);
+  if (const train::CompiledStep* c = task.compiled(); c && c->recordings() > 0)
+    fmt::print(log, "compiled step: {} recording{}, {} replays, {} eager steps\n{}", c->recordings(),
+               c->recordings() == 1 ? "" : "s", c->replays(), c->eager_calls(), c->evidence().str());
   fmt::print(log, "wrote {} and {}\n", csv, r.checkpoint);
   return r;
 }

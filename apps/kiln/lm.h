@@ -76,6 +76,7 @@ struct LmOptions {
   std::string on_nan = "stop";  // a NaN or infinite loss: "stop" the run (no checkpoint of it) or "skip" the step
   std::ostream* log = nullptr;  // where output goes; nullptr: std::cout
   std::optional<bool> tty = {}; // progress bar in place; default: whether stdout is a terminal
+  bool compile = false;         // record the training step once and replay it (docs/compile.md); same results
 };
 
 struct LmResult {

@@ -172,6 +172,7 @@ int run(int argc, char** argv) {
   add_real(lm, "--grad-clip", l.grad_clip, "max gradient norm (0: none)", kNonNegative);
   add_integer(lm, "--eval-interval", l.eval_interval, "estimate the losses (and save) every N steps", 1, 1e9);
   add_integer(lm, "--eval-iters", l.eval_iters, "batches per loss estimate", 1, 1e9);
+  lm->add_flag("--compile", l.compile, "record the training step once and replay it (same results; docs/compile.md)");
   lm->add_option("--on-nan", l.on_nan, "a NaN or infinite loss: stop the run, or skip the step")
       ->check(CLI::IsMember({"stop", "skip"}))
       ->capture_default_str();

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "kiln/core/error.h"
+#include "kiln/core/replay.h"
 
 namespace kiln {
 
@@ -207,6 +208,19 @@ void parallel_run(int64_t begin, int64_t end, int64_t grain, FunctionRef<void(in
     return;
   }
   using Clock = ContentionMonitor::Clock;
+  // While a step is recorded (kiln/core/replay.h), the workers report the
+  // tensor memory they reach to the same recording, as the caller's thread
+  // does: the passes' lifetimes must see every access (replay.cpp locks).
+  const replay::detail::ThreadState caller = replay::detail::state();
+  struct Recording {
+    explicit Recording(const replay::detail::ThreadState& c, bool worker) : on(worker && c.rec) {
+      if (on) replay::detail::state() = c;
+    }
+    ~Recording() {
+      if (on) replay::detail::state() = {};
+    }
+    bool on;
+  };
   std::exception_ptr error;
   std::atomic<bool> failed{false};
   std::atomic<int64_t> late{0};
@@ -223,6 +237,7 @@ void parallel_run(int64_t begin, int64_t end, int64_t grain, FunctionRef<void(in
     int64_t chunk = (len + n - 1) / n;
     int64_t lo = begin + tid * chunk, hi = std::min(end, lo + chunk);
     if (lo < hi) {
+      Recording recording(caller, tid > 0);
       try {
         fn(lo, hi);
       } catch (...) {

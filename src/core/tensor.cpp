@@ -71,7 +71,7 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::data_ptr() const {
   KILN_CHECK(defined(), "data_ptr", "undefined tensor");
-  if (replay::recording()) [[unlikely]] replay::on_data_access(impl_->storage);
+  if (replay::recording()) [[unlikely]] replay::on_data_access(impl_);
   return static_cast<char*>(impl_->storage->data()) + impl_->offset * kiln::itemsize(impl_->dtype);
 }
 

@@ -153,9 +153,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor o2 = vec ? raw_view(out, {1, O}, {O, 1}) : out;
   backend::cpu::MatmulEpilogue ep;
   if (bias.defined()) ep.bias = &bias;
-  // The epilogue points at the bias: a replay rebuilds it over its own copy of the handle.
+  // The epilogue points at the bias: a replay rebuilds it over its own copy of
+  // the handle. The transposed view is made once, outside the launch, so a
+  // replay does not rebuild it (a heap allocation per call).
+  Tensor wt = raw_transpose(weight);
   KILN_LAUNCH("linear", backend::cpu::MatmulEpilogue e = ep; if (bias.defined()) e.bias = &bias;
-              backend::cpu::matmul(x2, raw_transpose(weight), o2, e));
+              backend::cpu::matmul(x2, wt, o2, e));
 
   if (needs_grad(x, weight, bias)) {
     // g [..., O]: grad_x = g @ W; grad_W = g^T x over all leading dims
@@ -174,11 +177,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                  Shape xs = g.shape();
                  xs[xs.size() - 1] = I;
                  gx = Tensor::empty(xs, g.dtype(), g.device());
-                 KILN_LAUNCH("matmul", backend::cpu::matmul(raw_view(g, {rows, O}, {O, 1}), w, raw_view(gx, {rows, I}, {I, 1})));
+                 Tensor g2 = raw_view(g, {rows, O}, {O, 1}), gx2 = raw_view(gx, {rows, I}, {I, 1});
+                 KILN_LAUNCH("matmul", backend::cpu::matmul(g2, w, gx2));
                }
                if (v.needs(1)) {
                  gw = Tensor::empty({O, I}, g.dtype(), g.device());
-                 KILN_LAUNCH("matmul", backend::cpu::matmul(raw_view(g, {O, rows}, {1, O}), raw_view(x, {rows, I}, {I, 1}), gw));
+                 Tensor gt = raw_view(g, {O, rows}, {1, O}), x2d = raw_view(x, {rows, I}, {I, 1});
+                 KILN_LAUNCH("matmul", backend::cpu::matmul(gt, x2d, gw));
                }
                if (v.needs(2)) gb = sum_to(g, {O});
                return {gx, gw, gb};

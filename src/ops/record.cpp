@@ -41,7 +41,15 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     // Keep the incoming tensor when nobody else holds it; otherwise copy, so
     // that an in-place update of one leaf's grad never changes another's.
     if (GradMode::is_enabled()) leaf.set_grad(g);
-    else leaf.set_grad(g.impl_ptr().use_count() == 1 && !g.is_view() && g.is_contiguous() ? g.detach() : g.clone());
+    else if (g.impl_ptr().use_count() == 1 && !g.is_view() && g.is_contiguous()) leaf.set_grad(g.detach());
+    else {
+      // While recording, the recorded launches hold g too, so this copies
+      // where eager would keep g; note_copy lets CompiledStep's copy elision
+      // undo the copy when nothing else reaches g (docs/compile.md).
+      Tensor c = g.clone();
+      replay::note_copy(g, c);
+      leaf.set_grad(c);
+    }
   } else if (!GradMode::is_enabled() && replay::active()) {
     // Recorded (NOTE [Recorded launches]) as one launch that adds into
     // whatever grad() holds at replay: with gradients accumulated over

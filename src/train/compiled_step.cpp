@@ -8,9 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <map>
+#include <unordered_map>
+#include <unordered_set>
 
+#include "kiln/core/allocator.h"
 #include "kiln/core/generator.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/replay.h"
@@ -59,6 +63,223 @@ struct Signature {
   bool operator==(const Signature& o) const { return key == o.key; }
 };
 
+// NOTE [Buffers of a recording]
+// A tensor every reference of which is held by the recording's closures
+// (replay::ImplUse::closure_refs == its use count) cannot be reached from
+// outside the recording any more: no host code holds it, so no later op can
+// name it, and nothing after the step can read it. A storage is a
+// *temporary* when every tensor on it is such a tensor and nothing else
+// holds the storage: the parameters, the optimizer's state, the inputs, the
+// outputs and gradients left assigned after the step are not. Temporaries
+// are what eager frees during or at the end of a step; the passes below may
+// drop the launches that only write them, let a copy share their memory, and
+// place them by lifetime in one arena.
+struct Buffers {
+  std::unordered_map<const Storage*, std::vector<std::shared_ptr<TensorImpl>>> impls;  // alive tensors per storage
+  std::unordered_set<const Storage*> temporary;
+  std::vector<const Storage*> orphans;  // no tensor on them any more: a kernel's scratch made inside a launch
+};
+
+Buffers analyse(const replay::Recorder& rec) {
+  Buffers b;
+  std::unordered_set<const Storage*> external;
+  for (const auto& [key, use] : rec.impls()) {
+    std::shared_ptr<TensorImpl> sp = use.impl.lock();
+    if (!sp) continue;
+    if (sp.use_count() - 1 != use.closure_refs) external.insert(sp->storage.get());  // -1: sp itself
+    const Storage* st = sp->storage.get();
+    b.impls[st].push_back(std::move(sp));
+  }
+  for (const auto& st : rec.storages()) {
+    auto it = b.impls.find(st.get());
+    const long tensors = it == b.impls.end() ? 0 : long(it->second.size());
+    // One reference is the recording's list; each tensor on it holds one.
+    if (st.use_count() != 1 + tensors) continue;
+    if (tensors == 0) b.orphans.push_back(st.get());
+    else if (!external.count(st.get())) b.temporary.insert(st.get());
+  }
+  return b;
+}
+
+// Dead-op removal, then copy elision (both drop launches).
+PassReport remove_dead_launches(replay::Recorder& rec) {
+  int64_t dead = 0, elided = 0, elided_bytes = 0;
+  {
+    // A pure launch (a kernel whose only effects are on the memory it
+    // reaches) is dead when what it writes (Launch::writes: its fresh
+    // outputs and what an op marked written in place) is temporaries or
+    // scratch that no later launch reaches: nothing can observe its writes.
+    // Conservatively, a launch that reaches anything visible outside the
+    // recording (a parameter, a module's buffer, an input) is kept, as is
+    // one that writes nothing (a check that throws on a bad index).
+    Buffers b = analyse(rec);
+    std::unordered_set<const Storage*> invisible(b.temporary.begin(), b.temporary.end());
+    invisible.insert(b.orphans.begin(), b.orphans.end());
+    auto& launches = rec.launches();
+    std::vector<char> drop(launches.size(), 0);
+    std::unordered_set<const Storage*> needed;
+    for (size_t i = launches.size(); i-- > 0;) {
+      const replay::Launch& l = launches[i];
+      bool is_dead = l.pure && !l.writes.empty();
+      for (const Storage* st : l.touched)
+        if (!invisible.count(st)) is_dead = false;
+      for (const Storage* st : l.writes)
+        if (needed.count(st)) is_dead = false;
+      if (is_dead) {
+        drop[i] = 1;
+        ++dead;
+      } else {
+        needed.insert(l.touched.begin(), l.touched.end());
+      }
+    }
+    b = {};
+    if (dead) rec.erase_launches(drop);
+  }
+  {
+    // Copy elision: a gradient copied (AccumulateGrad's clone while
+    // recording, where eager keeps the tensor) from a temporary that no later
+    // launch reaches: the copy's destination takes the source's memory and
+    // the copy goes, as eager's AccumulateGrad keeps its incoming tensor.
+    Buffers b = analyse(rec);
+    auto& launches = rec.launches();
+    std::vector<char> drop(launches.size(), 0);
+    auto lock = [&](const TensorImpl* p) -> std::shared_ptr<TensorImpl> {
+      auto it = rec.impls().find(p);
+      return it == rec.impls().end() ? nullptr : it->second.impl.lock();
+    };
+    for (size_t i = 0; i < launches.size(); ++i) {
+      replay::Launch& c = launches[i];
+      if (!c.copy_src || !c.copy_dst) continue;
+      std::shared_ptr<TensorImpl> src = lock(c.copy_src), dst = lock(c.copy_dst);
+      if (!src || !dst) continue;
+      Storage* s_src = src->storage.get();
+      Storage* s_dst = dst->storage.get();
+      if (s_src == s_dst || !b.temporary.count(s_src)) continue;
+      Tensor ts(src), td(dst);
+      if (!ts.is_contiguous() || !td.is_contiguous() || td.storage_offset() != 0 || dst->is_view ||
+          ts.shape() != td.shape() || ts.dtype() != td.dtype() || s_dst->nbytes() != size_t(td.nbytes()) ||
+          s_src->device() != s_dst->device())
+        continue;
+      if (c.touched.size() != 2 || !std::count(c.touched.begin(), c.touched.end(), s_src) ||
+          !std::count(c.touched.begin(), c.touched.end(), s_dst))
+        continue;
+      // dst alone on its storage (no view of it), fresh at the copy; src not
+      // reached after it.
+      auto dit = b.impls.find(s_dst);
+      if (dit == b.impls.end() || dit->second.size() != 1 || rec.storages().empty()) continue;
+      bool ok = true;
+      for (size_t j = 0; j < launches.size() && ok; ++j) {
+        if (j == i || drop[j]) continue;
+        const auto& t = launches[j].touched;
+        if (j < i && std::count(t.begin(), t.end(), s_dst)) ok = false;
+        if (j > i && std::count(t.begin(), t.end(), s_src)) ok = false;
+      }
+      if (!ok) continue;
+      long holders = 0;  // the recording's list and dst; anything else shares s_dst
+      for (const auto& st : rec.storages())
+        if (st.get() == s_dst) holders = st.use_count();
+      if (holders != 2) continue;
+      drop[i] = 1;
+      ++elided;
+      elided_bytes += int64_t(s_dst->nbytes());
+      std::shared_ptr<Storage> keep = src->storage;
+      dst->storage = keep;
+      dst->offset = src->offset;
+      rec.replace_storage(s_dst, keep);  // frees s_dst
+      b.impls.erase(s_dst);
+    }
+    b = {};
+    if (elided) rec.erase_launches(drop);
+  }
+  if (!dead && !elided)
+    return {"DeadOpRemoval", PassStatus::Analyzed,
+            "no launch writes only buffers nothing reads afterwards, no gradient copy can be elided"};
+  return {"DeadOpRemoval", PassStatus::Applied,
+          fmt::format("{} dead launches dropped (pure kernels whose outputs nothing reads); {} gradient copies "
+                      "elided ({} bytes), the gradient keeping its producer's buffer as eager does",
+                      dead, elided, elided_bytes)};
+}
+
+// Memory planning: the temporaries placed by lifetime in one arena.
+// `held_bytes`: what the recording holds afterwards (the arena counted once).
+PassReport plan_memory(replay::Recorder& rec, int64_t& held_bytes) {
+  Buffers b = analyse(rec);
+  for (const Storage* o : b.orphans) rec.replace_storage(o, nullptr);  // a kernel's scratch: nothing needs it
+  const auto& launches = rec.launches();
+  struct Life {
+    const Storage* st;
+    size_t first, last, bytes, offset = 0;
+  };
+  std::unordered_map<const Storage*, size_t> index;
+  std::vector<Life> lives;
+  for (size_t i = 0; i < launches.size(); ++i)
+    for (const Storage* st : launches[i].touched) {
+      if (!b.temporary.count(st)) continue;
+      auto [it, fresh] = index.try_emplace(st, lives.size());
+      if (fresh) lives.push_back({st, i, i, (st->nbytes() + 63) / 64 * 64});
+      else lives[it->second].last = i;
+    }
+  // Greedy by size, largest first: each buffer goes to the lowest offset
+  // where it overlaps no placed buffer whose lifetime overlaps its own.
+  std::vector<size_t> order(lives.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return lives[a].bytes > lives[c].bytes; });
+  std::vector<size_t> placed;
+  size_t total = 0, separate = 0;
+  for (size_t k : order) {
+    Life& l = lives[k];
+    separate += l.bytes;
+    std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of placed buffers alive at once
+    for (size_t p : placed) {
+      const Life& o = lives[p];
+      if (o.first <= l.last && l.first <= o.last) busy.emplace_back(o.offset, o.offset + o.bytes);
+    }
+    std::sort(busy.begin(), busy.end());
+    size_t at = 0;
+    for (auto [lo, hi] : busy) {
+      if (at + l.bytes <= lo) break;
+      at = std::max(at, hi);
+    }
+    l.offset = at;
+    total = std::max(total, at + l.bytes);
+    placed.push_back(k);
+  }
+  // The lower bound of any placement: the most bytes alive at one launch.
+  size_t most_live = 0;
+  {
+    std::vector<int64_t> delta(launches.size() + 1, 0);
+    for (const Life& l : lives) {
+      delta[l.first] += int64_t(l.bytes);
+      delta[l.last + 1] -= int64_t(l.bytes);
+    }
+    int64_t live = 0;
+    for (int64_t d : delta) most_live = std::max(most_live, size_t(live += d));
+  }
+  int64_t kept_bytes = 0;
+  for (const auto& st : rec.storages())
+    if (!index.count(st.get())) kept_bytes += int64_t(st->nbytes());
+  held_bytes = kept_bytes + int64_t(total);
+  if (lives.empty())
+    return {"MemoryPlanning", PassStatus::Analyzed,
+            fmt::format("no temporary buffer to place; {} buffers fixed at record time ({} bytes), no allocation "
+                        "in a replay", rec.storages().size(), kept_bytes)};
+  auto arena = std::make_shared<Storage>(total, lives.front().st->device());
+  char* base = static_cast<char*>(arena->data());
+  for (const Life& l : lives) {
+    auto* holder = new std::shared_ptr<Storage>(arena);
+    auto moved = std::make_shared<Storage>(
+        base + l.offset, l.st->nbytes(), l.st->device(),
+        [](void*, void* ctx) { delete static_cast<std::shared_ptr<Storage>*>(ctx); }, holder);
+    for (const auto& impl : b.impls[l.st]) impl->storage = moved;
+    rec.replace_storage(l.st, moved);  // frees the recording's own buffer
+  }
+  return {"MemoryPlanning", PassStatus::Applied,
+          fmt::format("{} temporary buffers ({} bytes apart) placed by lifetime in one {}-byte arena (at most "
+                      "{} bytes alive at once), offsets computed once; {} buffers stay where they are ({} bytes: "
+                      "parameters, optimizer state, inputs, outputs, gradients); no allocation in a replay",
+                      lives.size(), separate, total, most_live, rec.storages().size() - lives.size(), kept_bytes)};
+}
+
 // The passes, in the order, over a finished recording.
 CaptureEvidence run_passes(replay::Recorder& rec) {
   CaptureEvidence ev;
@@ -88,41 +309,19 @@ CaptureEvidence run_passes(replay::Recorder& rec) {
       ev.passes.push_back({stage, PassStatus::NotRun, "not reached: the recording was rejected"});
     return ev;
   }
-  ev.passes.push_back({"DeadOpRemoval", PassStatus::NotRun,
-                       "not implemented: launches do not declare which buffers they read and which they write, "
-                       "so a launch whose outputs are never read cannot be proven dead"});
+  ev.passes.push_back(remove_dead_launches(rec));
   ev.passes.push_back({"Fusion", PassStatus::NotRun,
                        "not implemented: elementwise chains and bias/activation post-ops run as recorded "
                        "(linear and addmm already add their bias inside the oneDNN GEMM, an eager fusion)"});
-  // Memory: every buffer keeps the address it had while recording (the
-  // recording holds it), so a replay allocates nothing. A lifetime-based
-  // arena is analysed, not applied: the peak of the bytes live at once (a
-  // buffer from its first launch to its last) is what one would need.
-  {
-    const auto& storages = rec.storages();
-    std::map<const Storage*, std::pair<size_t, size_t>> life;  // first, last launch
-    for (size_t i = 0; i < launches.size(); ++i)
-      for (const Storage* s : launches[i].touched) {
-        auto [it, fresh] = life.try_emplace(s, i, i);
-        if (!fresh) it->second.second = i;
-      }
-    std::vector<int64_t> delta(launches.size() + 1, 0);
-    for (const auto& s : storages) {
-      auto it = life.find(s.get());
-      if (it == life.end()) continue;
-      delta[it->second.first] += int64_t(s->nbytes());
-      delta[it->second.second + 1] -= int64_t(s->nbytes());
-    }
-    int64_t live = 0, peak = 0;
-    for (int64_t d : delta) peak = std::max(peak, live += d);
-    ev.passes.push_back({"MemoryPlanning", PassStatus::Analyzed,
-                         fmt::format("buffers fixed at record time, no allocation in a replay; {} buffers hold {} "
-                                     "bytes, a lifetime-based arena would need {} (not applied)",
-                                     ev.buffers, ev.buffer_bytes, peak)});
-  }
+  int64_t held_bytes = 0;
+  ev.passes.push_back(plan_memory(rec, held_bytes));
   ev.passes.push_back({"KernelSelection", PassStatus::Inherited,
                        "primitives chosen per shape at the first launch by the backend's caches (oneDNN "
                        "primitives, kiln's small-GEMM path, the ISA copy); a replay re-enters them"});
+  ev.launches = ev.host_effects = 0;
+  for (const replay::Launch& l : rec.launches()) (l.host_effect ? ev.host_effects : ev.launches)++;
+  ev.buffers = int64_t(rec.storages().size());
+  ev.buffer_bytes = held_bytes;
   ev.passes.push_back({"CommandRecording", PassStatus::Applied,
                        fmt::format("{} launches and {} gradient assignments replayed in order", ev.launches,
                                    ev.host_effects)});
@@ -149,8 +348,16 @@ struct CompiledStep::Impl {
   Mode last = Mode::Eager;
   int64_t recordings = 0, replays = 0, eager = 0;
 
+  Signature scratch;  // the call's signature, built in place (no allocation once warm)
+
   Signature signature(const std::vector<Tensor>& inputs) const {
     Signature s;
+    signature_into(s, inputs);
+    return s;
+  }
+
+  void signature_into(Signature& s, const std::vector<Tensor>& inputs) const {
+    s.key.clear();
     s.key.reserve(inputs.size() * 4 + 8);
     s.key.push_back(GradMode::is_enabled());
     for (const Tensor& t : inputs) {
@@ -173,7 +380,6 @@ struct CompiledStep::Impl {
       }
       s.key.push_back(bits);
     }
-    return s;
   }
 
   std::vector<Tensor> record(Signature sig, const std::vector<Tensor>& inputs) {
@@ -190,10 +396,13 @@ struct CompiledStep::Impl {
       outs = fn(e.inputs);  // an exception leaves no recording behind
     }
     ++recordings;
-    evidence = run_passes(*rec);
-    if (opts.print_evidence) std::fputs(evidence.str().c_str(), stderr);
+    // Outputs detached first: the step's autograd graph (and what it saves)
+    // goes, so that the passes see which buffers only the recording holds.
     for (Tensor& t : outs)
       if (t.defined()) t = t.detach();
+    evidence = run_passes(*rec);
+    if (evidence.replayable) kiln::empty_cache();  // the recording's own buffers, now replaced by the arena
+    if (opts.print_evidence) std::fputs(evidence.str().c_str(), stderr);
     if (evidence.replayable) {
       e.outputs = outs;
       e.rec = std::move(rec);
@@ -231,9 +440,10 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& inputs) 
   Impl& s = *impl_;
   KILN_CHECK(!replay::recording(), "CompiledStep", "a compiled step cannot run inside another recording");
   for (const nn::ParameterList& p : s.params) p.check("CompiledStep");  // parameters replaced: Rebuild
-  Signature sig = s.signature(inputs);
+  s.signature_into(s.scratch, inputs);
+  const Signature& sig = s.scratch;
   auto it = std::find_if(s.entries.begin(), s.entries.end(), [&](const Impl::Entry& e) { return e.sig == sig; });
-  if (it == s.entries.end()) return s.record(std::move(sig), inputs);
+  if (it == s.entries.end()) return s.record(sig, inputs);
   if (!it->rec) {
     ++s.eager;
     s.last = Mode::Eager;
@@ -241,7 +451,17 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& inputs) 
   }
   {
     NoGradGuard no_grad;
-    for (size_t i = 0; i < inputs.size(); ++i) copy_(it->inputs[i], inputs[i]);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      // The recorded buffer is contiguous with the input's shape and dtype
+      // (the signature): a contiguous input is one memcpy, no op dispatch.
+      const Tensor& src = inputs[i];
+      Tensor& dst = it->inputs[i];
+      if (src.is_contiguous() && src.device() == dst.device()) {
+        if (src.data_ptr() != dst.data_ptr()) std::memcpy(dst.data_ptr(), src.data_ptr(), size_t(dst.nbytes()));
+      } else {
+        copy_(dst, src);
+      }
+    }
     it->rec->replay();
   }
   ++s.replays;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "apps/kiln/fashion_mnist.h"
+#include "apps/kiln/lm.h"
 #include "apps/kiln/rl.h"
 #include "kiln/io/safetensors.h"
 #include "tests/support/apps_testing.h"
@@ -86,6 +87,27 @@ TEST(CompileJob, PpoWithCompileIsTheEagerRun) {
   PPOJobResult e = run(eager, false), c = run(compiled, true);
   EXPECT_EQ(e.iterations, c.iterations);
   EXPECT_EQ(e.eval_return, c.eval_return);
+  EXPECT_EQ(losses(e.csv), losses(c.csv));
+  expect_same_checkpoint(e.checkpoint, c.checkpoint);
+  std::filesystem::remove_all(base);
+}
+
+TEST(CompileJob, LmWithCompileIsTheEagerRun) {
+  // The char GPT with AdamW, warmup + cosine schedule and gradient clipping:
+  // the schedule's learning rate and the clip are read live at every replay.
+  const std::string base = kiln::testing::fresh_dir(), eager = base + "/eager", compiled = base + "/compiled";
+  const std::string data = testing::corpus_slice(base, 8000);
+  std::ostringstream log;
+  auto run = [&](const std::string& dir, bool compile) {
+    return train_lm({.data = data, .n_layer = 1, .n_head = 2, .n_embd = 32, .block_size = 16, .iters = 24,
+                     .batch_size = 8, .lr = 1e-2, .min_lr = 1e-3, .warmup = 2, .eval_interval = 12, .eval_iters = 2,
+                     .seed = 5, .out = dir, .log = &log, .tty = false, .compile = compile});
+  };
+  LmResult e = run(eager, false), c = run(compiled, true);
+  // 24 steps: one recording, 23 replays (the log says so).
+  EXPECT_NE(log.str().find("compiled step: 1 recording, 23 replays, 0 eager steps"), std::string::npos) << log.str();
+  EXPECT_EQ(e.val_loss, c.val_loss);
+  EXPECT_EQ(e.train_loss, c.train_loss);
   EXPECT_EQ(losses(e.csv), losses(c.csv));
   expect_same_checkpoint(e.checkpoint, c.checkpoint);
   std::filesystem::remove_all(base);

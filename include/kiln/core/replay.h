@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -36,7 +37,8 @@ namespace kiln {
 
 class Storage;
 class Generator;
-struct TensorImpl;
+class Tensor;
+class TensorImpl;
 
 namespace replay {
 
@@ -44,8 +46,25 @@ namespace replay {
 struct Launch {
   const char* op = "";               // the op (or host effect) that made it
   std::function<void()> run;         // the kernel call over captured arguments
-  std::vector<Storage*> touched;     // storages its kernel reached (data_ptr), in order of first touch
+  std::vector<Storage*> touched;     // storages its kernel reached (data_ptr), in order of first touch;
+                                     // for a grad assignment, the assigned gradient's storage
   bool host_effect = false;          // a grad assignment, not a kernel
+  std::vector<Storage*> writes;      // the touched storages it writes, as far as the recorder can tell:
+                                     // those no earlier launch touched (its fresh outputs) and those whose
+                                     // version an op bumped after it (NOTE [Version counter]: in-place writes)
+  bool pure = false;                 // a KILN_LAUNCH kernel: its only effects are on `touched` (no
+                                     // generator, optimizer or host state), so dead-op removal may drop it
+  const TensorImpl* copy_src = nullptr;  // note_copy: this launch copies all of *copy_src into the
+  const TensorImpl* copy_dst = nullptr;  // fresh *copy_dst (AccumulateGrad's clone); copy elision may alias them
+};
+
+/// A tensor a recorded launch reached, and how many references to it the
+/// recording's closures hold (measured when each closure is recorded). A
+/// tensor whose every reference is a closure's is invisible outside the
+/// recording: the passes of train::CompiledStep may move its memory.
+struct ImplUse {
+  std::weak_ptr<TensorImpl> impl;
+  int64_t closure_refs = 0;
 };
 
 /// Why a recording cannot be replayed: the stage and a message naming the op.
@@ -72,8 +91,12 @@ class Recorder {
   bool rejected() const { return !rejection_.reason.empty(); }
   const Rejection& rejection() const { return rejection_; }
   bool allows(const Generator& gen) const;
-  /// Every storage a launch reached, kept alive by the recording.
+  /// Every storage a launch reached, kept alive by the recording (the
+  /// passes replace or drop entries when they move a buffer's memory).
   const std::vector<std::shared_ptr<Storage>>& storages() const { return storages_; }
+  std::vector<std::shared_ptr<Storage>>& storages() { return storages_; }
+  /// The tensors launches reached (data_ptr, or assigned as a gradient).
+  const std::unordered_map<const TensorImpl*, ImplUse>& impls() const { return impls_; }
   /// Storages allocated while recording (the step's own buffers).
   int64_t storages_born() const { return born_; }
 
@@ -85,14 +108,34 @@ class Recorder {
 
   // ---- used by the hooks (below) ----
   void reject(const char* stage, std::string op, std::string reason);
-  void append(Launch launch) { launches_.push_back(std::move(launch)); }
-  void touch(const std::shared_ptr<Storage>& s);
+  /// Appends a finished launch, counting the references its closure holds
+  /// to the tensors in `reached` (ImplUse::closure_refs).
+  void append(Launch launch, const std::vector<std::shared_ptr<TensorImpl>>& reached = {});
+  void touch(const std::shared_ptr<Storage>& s) { (void)touch_fresh(s); }
+  /// touch(), true when no launch had touched `s` before.
+  bool touch_fresh(const std::shared_ptr<Storage>& s);
+  void note_impl(const std::shared_ptr<TensorImpl>& impl);
+  /// The tensors the launch being recorded reached (kept until appended).
+  std::vector<std::shared_ptr<TensorImpl>>& reached() { return reached_; }
+  /// The last launch's touched storages with their versions at first touch.
+  std::vector<std::pair<Storage*, uint64_t>>& versions() { return versions_; }
+
+  // ---- used by the passes (train::CompiledStep) ----
+  /// Drops the launches whose `drop` entry is non-zero (in order; keeps
+  /// closure_refs exact: the dropped closures' references go with them).
+  void erase_launches(const std::vector<char>& drop);
+  /// `from` becomes `to` in storages() and in every launch's touched list;
+  /// a null `to` drops it (the recording no longer holds it).
+  void replace_storage(const Storage* from, const std::shared_ptr<Storage>& to);
   void note_born() { ++born_; }
 
  private:
   std::vector<Launch> launches_;
   std::vector<std::shared_ptr<Storage>> storages_;
   std::unordered_set<const Storage*> storage_set_;
+  std::unordered_map<const TensorImpl*, ImplUse> impls_;
+  std::vector<std::shared_ptr<TensorImpl>> reached_;
+  std::vector<std::pair<Storage*, uint64_t>> versions_;
   std::vector<const Generator*> generators_;
   Rejection rejection_;
   int64_t born_ = 0;
@@ -108,6 +151,8 @@ class RecordingScope {
 };
 
 namespace detail {
+// Trivially constructible: a thread_local of it needs no initialisation
+// guard, so Tensor::data_ptr's recording() test stays one load.
 struct ThreadState {
   Recorder* rec = nullptr;
   int launch_depth = 0;           // > 0 inside a recorded launch (nested ops run, not recorded)
@@ -127,8 +172,16 @@ inline Recorder* active() {
 inline bool recording() { return detail::state().rec != nullptr; }
 
 /// Runs `fn` now as a recorded launch of `op` and appends it to the active
-/// recorder (call only when active() is non-null).
-void launch(const char* op, std::function<void()> fn);
+/// recorder (call only when active() is non-null). `pure`: fn's only effects
+/// are on the tensor memory it reaches (KILN_LAUNCH's kernels); a launch that
+/// reads live host objects (an optimizer, a generator) is not pure.
+void launch(const char* op, std::function<void()> fn, bool pure = false);
+
+/// Marks the launch just recorded as a copy of all of `src` into the fresh,
+/// contiguous `dst` of the same shape and dtype (AccumulateGrad's clone of a
+/// gradient): the copy-elision pass may make dst share src's memory when
+/// nothing reaches src afterwards. No-op when not recording.
+void note_copy(const Tensor& src, const Tensor& dst);
 
 /// Notes the op that just entered (for rejection messages). Cheap.
 inline void note_op(const char* op) {
@@ -141,7 +194,7 @@ inline void note_op(const char* op) {
 void host_read(const char* what);
 
 /// Hook of Tensor::data_ptr (only called while recording).
-void on_data_access(const std::shared_ptr<Storage>& storage);
+void on_data_access(const std::shared_ptr<TensorImpl>& impl);
 
 /// Hook of Tensor::set_grad (only called when active()): records the assignment.
 void on_set_grad(const std::shared_ptr<TensorImpl>& tensor, const std::shared_ptr<TensorImpl>& grad);
@@ -160,7 +213,7 @@ void reject(const char* stage, const char* op, std::string reason);
 #define KILN_LAUNCH(op, ...)                                                   \
   do {                                                                         \
     if (::kiln::replay::active()) [[unlikely]]                                 \
-      ::kiln::replay::launch(op, [=]() { __VA_ARGS__; });                      \
+      ::kiln::replay::launch(op, [=]() { __VA_ARGS__; }, true);                \
     else {                                                                     \
       __VA_ARGS__;                                                             \
     }                                                                          \

@@ -1,0 +1,175 @@
+// The passes of a compiled step (docs/compile.md, NOTE [Buffers of a
+// recording] in src/train/compiled_step.cpp): dead-op removal drops kernels
+// whose outputs nothing reads, copy elision gives a gradient its producer's
+// buffer as eager's AccumulateGrad does, the memory plan places the step's
+// temporaries by lifetime in one arena. Each keeps the replay eager's bits.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "kiln/core/allocator.h"
+#include "kiln/nn/activation.h"
+#include "kiln/nn/containers.h"
+#include "kiln/nn/linear.h"
+#include "kiln/optim/adam.h"
+#include "kiln/train/compiled_step.h"
+#include "tests/support/train_testing.h"
+
+namespace kiln::train {
+namespace {
+
+uint32_t bits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+
+void expect_bitwise(const Tensor& a, const Tensor& b, const std::string& what) {
+  std::vector<float> va = a.to_vector<float>(), vb = b.to_vector<float>();
+  ASSERT_EQ(va.size(), vb.size()) << what;
+  for (size_t j = 0; j < va.size(); ++j) ASSERT_EQ(bits(va[j]), bits(vb[j])) << what << "[" << j << "]";
+}
+
+struct Mlp {
+  Mlp()
+      : rngs{{"params", 0}},
+        net(nn::Linear(8, 32, rngs), nn::ReLU(), nn::Linear(32, 32, rngs), nn::ReLU(), nn::Linear(32, 4, rngs)),
+        opt(net.parameters(), {.lr = 3e-3}) {}
+  Rngs rngs;
+  nn::Sequential net;
+  optim::Adam opt;
+};
+
+std::vector<Tensor> batch(int64_t i, int64_t b = 16) {
+  Generator gen(500 + uint64_t(i));
+  return {randn({b, 8}, gen), randint(0, 4, {b}, gen)};
+}
+
+// A step with work nobody reads: the unused branch's kernels are dead.
+std::vector<Tensor> step_with_dead_work(Mlp& m, const std::vector<Tensor>& in) {
+  Tensor logits = m.net.forward(in[0]);
+  {
+    NoGradGuard no_grad;  // a diagnostic the caller never reads: dead
+    Tensor unused = exp(logits);
+    Tensor unused2 = sum(tanh(unused), {-1});  // reads only dead work: dead too
+  }
+  Tensor loss = cross_entropy(logits, in[1]);
+  loss.backward();
+  m.opt.step();
+  m.opt.zero_grad();
+  return {loss};
+}
+
+TEST(CompiledPasses, DeadLaunchesAreDroppedAndTheReplayStaysBitwise) {
+  Mlp eager, compiled;
+  CompiledStep step([&](const std::vector<Tensor>& in) { return step_with_dead_work(compiled, in); },
+                    {.modules = {&compiled.net}});
+  for (int64_t i = 0; i < 20; ++i) {
+    float le = step_with_dead_work(eager, batch(i))[0].item<float>();
+    float lc = step(batch(i))[0].item<float>();
+    ASSERT_EQ(bits(le), bits(lc)) << "step " << i;
+  }
+  auto pe = eager.net.parameters(), pc = compiled.net.parameters();
+  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+  const PassReport* dead = step.evidence().find("DeadOpRemoval");
+  ASSERT_NE(dead, nullptr);
+  EXPECT_EQ(dead->status, PassStatus::Applied) << dead->detail;
+  // exp, tanh, sum: three dead launches (the backward's gradient copies are
+  // elided too).
+  EXPECT_EQ(std::stoi(dead->detail), 3) << dead->detail;
+  EXPECT_NE(dead->detail.find("6 gradient copies elided"), std::string::npos) << dead->detail;
+}
+
+TEST(CompiledPasses, ElidedGradientCopiesLeaveEagerGradientsAndNoAliasing) {
+  // Two leaves fed the same gradient by an add (the backward passes one
+  // tensor to both): eager copies it for the first and keeps it for the
+  // second, so the two gradients are distinct buffers. Left assigned after
+  // the step (no zero_grad), they must equal eager's and stay distinct.
+  Rngs rngs{{"params", 3}};
+  auto make = [&](uint64_t seed) {
+    Generator g(seed);
+    Tensor a = randn({4, 8}, g), b = randn({4, 8}, g);
+    a.requires_grad_();
+    b.requires_grad_();
+    return std::pair{a, b};
+  };
+  auto [ae, be] = make(7);
+  auto [ac, bc] = make(7);
+  auto body = [](const Tensor& a, const Tensor& b, const Tensor& x) {
+    Tensor loss = sum(mul(add(a, b), x));
+    loss.backward();
+    return loss;
+  };
+  CompiledStep step([&](const std::vector<Tensor>& in) {
+    Tensor loss = body(ac, bc, in[0]);
+    return std::vector<Tensor>{loss};
+  });
+  for (int64_t i = 0; i < 3; ++i) {
+    Generator g(40 + uint64_t(i));
+    Tensor x = randn({4, 8}, g);
+    ae.set_grad(Tensor());
+    be.set_grad(Tensor());
+    ac.set_grad(Tensor());
+    bc.set_grad(Tensor());
+    body(ae, be, x);
+    step({x});
+    expect_bitwise(ae.grad(), ac.grad(), "a.grad");
+    expect_bitwise(be.grad(), bc.grad(), "b.grad");
+    EXPECT_NE(ac.grad().storage().get(), bc.grad().storage().get()) << "the two gradients alias";
+  }
+}
+
+TEST(CompiledPasses, MemoryPlanPlacesTemporariesInOneArenaAndAllocatesNothing) {
+  Mlp eager, compiled;
+  auto body = [](Mlp& m, const std::vector<Tensor>& in) {
+    Tensor loss = cross_entropy(m.net.forward(in[0]), in[1]);
+    loss.backward();
+    m.opt.step();
+    m.opt.zero_grad();
+    return std::vector<Tensor>{loss};
+  };
+  CompiledStep step([&](const std::vector<Tensor>& in) { return body(compiled, in); }, {.modules = {&compiled.net}});
+  step(batch(0));
+  body(eager, batch(0));
+  const CaptureEvidence& ev = step.evidence();
+  const PassReport* plan = ev.find("MemoryPlanning");
+  ASSERT_NE(plan, nullptr);
+  EXPECT_EQ(plan->status, PassStatus::Applied) << plan->detail;
+  EXPECT_NE(plan->detail.find("one "), std::string::npos) << plan->detail;
+  // Every gradient copy elided (AccumulateGrad's clone while recording).
+  const PassReport* dead = ev.find("DeadOpRemoval");
+  EXPECT_NE(dead->detail.find("6 gradient copies elided"), std::string::npos) << dead->detail;
+  for (int64_t i = 1; i < 30; ++i) {
+    float lc = step(batch(i))[0].item<float>();
+    float le = body(eager, batch(i))[0].item<float>();
+    ASSERT_EQ(bits(le), bits(lc)) << "step " << i;
+  }
+  auto pe = eager.net.parameters(), pc = compiled.net.parameters();
+  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+}
+
+}  // namespace
+}  // namespace kiln::train
+
+namespace kiln::train {
+namespace {
+
+TEST(CompiledPasses, UpdateGuardedStepIsBitwiseEager) {
+  Mlp eager, compiled;
+  auto body = [](Mlp& m, const std::vector<Tensor>& in) {
+    Tensor loss = cross_entropy(m.net.forward(in[0]), in[1]);
+    return std::vector<Tensor>{loss, update_guarded(loss, m.opt)};
+  };
+  CompiledStep step([&](const std::vector<Tensor>& in) { return body(compiled, in); }, {.modules = {&compiled.net}});
+  for (int64_t i = 0; i < 10; ++i) {
+    std::vector<Tensor> oc = step(batch(i));
+    std::vector<Tensor> oe = body(eager, batch(i));
+    ASSERT_EQ(bits(oe[0].item<float>()), bits(oc[0].item<float>())) << "step " << i;
+    EXPECT_TRUE(oc[1].item<bool>());
+  }
+  auto pe = eager.net.parameters(), pc = compiled.net.parameters();
+  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+}
+
+}  // namespace
+}  // namespace kiln::train
