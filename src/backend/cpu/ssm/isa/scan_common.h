@@ -104,5 +104,30 @@ struct Gates {
   }
 };
 
+/// The backward's per-(b, h) partials summed over the batch, in batch order
+/// (bitwise the same on any thread count). part is [B, H, 2N + 1]: dq_bias's
+/// N, dk_bias's N, then dD's one; dq_bias and dk_bias are [H, N], dD [H] or null.
+template <class T>
+void sum_batch_partials(const T* part, int64_t B, int64_t H, int64_t N, T* dqb, T* dkb, T* dD) {
+  const int64_t stride = 2 * N + 1;
+  for (int64_t hh = 0; hh < H; ++hh) {
+    for (int64_t n = 0; n < N; ++n) {
+      T aq = 0, ak = 0;
+      for (int64_t b = 0; b < B; ++b) {
+        const T* pp = part + (b * H + hh) * stride;
+        aq += pp[n];
+        ak += pp[N + n];
+      }
+      dqb[hh * N + n] = aq;
+      dkb[hh * N + n] = ak;
+    }
+    if (dD) {
+      T a = 0;
+      for (int64_t b = 0; b < B; ++b) a += part[(b * H + hh) * stride + 2 * N];
+      dD[hh] = a;
+    }
+  }
+}
+
 }  // namespace scan
 }  // namespace kiln::backend::cpu::KILN_ISA_NS

@@ -558,24 +558,7 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
     }
   });
   // Sum the partials over the batch, in batch order.
-  T *dqb = mp<T>(gr.dq_bias), *dkb = mp<T>(gr.dk_bias), *dD = mp<T>(gr.dD);
-  for (int64_t hh = 0; hh < H; ++hh) {
-    for (int64_t n = 0; n < N; ++n) {
-      T aq = 0, ak = 0;
-      for (int64_t b = 0; b < d.B; ++b) {
-        const T* pp = part.data() + (b * H + hh) * (2 * N + 1);
-        aq += pp[n];
-        ak += pp[N + n];
-      }
-      dqb[hh * N + n] = aq;
-      dkb[hh * N + n] = ak;
-    }
-    if (dD) {
-      T a = 0;
-      for (int64_t b = 0; b < d.B; ++b) a += part[(b * H + hh) * (2 * N + 1) + 2 * N];
-      dD[hh] = a;
-    }
-  }
+  sum_batch_partials(part.data(), d.B, H, N, mp<T>(gr.dq_bias), mp<T>(gr.dk_bias), mp<T>(gr.dD));
 }
 
 }  // namespace
