@@ -1,6 +1,6 @@
 // --memory-budget SIZE for the training jobs (SPECS X5, train::fit_to_memory):
 // "256M", "1G", "1.5GiB", "300000000" (bytes) or "auto" (the cgroup limit and
-// MemAvailable). The job picks its batch with three probe steps.
+// MemAvailable). The job picks its batch with four to seven probe steps.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +28,7 @@ class JobDistribution;
 /// process' (each rank holds a model, its optimizer state and its share of
 /// the batch); budget 0 ("auto") is the machine's free memory
 /// (train::system_memory_budget) split among the ranks on this machine. Rank 0
-/// probes (train::fit_to_memory: three steps on `data`, the task's state
+/// probes (train::fit_to_memory: four to seven steps on `data`, the task's state
 /// restored after them) while the others wait; every rank gets rank 0's
 /// per-rank batch, and the global batch is that times the world size. Call
 /// it before the model is wrapped for data parallelism (JobDistribution::wrap),
