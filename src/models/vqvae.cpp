@@ -51,8 +51,7 @@ Tensor VQVAE::encode(const Tensor& x) const {
   h = conv2d_fused(h, c2->weight, c2->bias,
                    {.stride = 2, .padding = 1, .input_blocked = true, .output_blocked = true, .relu = true});
   h = conv2d_fused(h, c3->weight, c3->bias, {.padding = 1, .input_blocked = true, .output_blocked = true});
-  const int64_t B = x.size(0), D = options.dim;
-  return reshape(permute(h, {0, 2, 3, 1, 4}), {B, 7, 7, D});  // [B, D/16, 7, 7, 16] -> [B, 7, 7, D]
+  return from_channel_blocked(h, /*channels_last=*/true);  // [B, D/16, 7, 7, 16] -> [B, 7, 7, D]
 }
 
 Tensor VQVAE::decode(const Tensor& z_q) const {
@@ -61,9 +60,7 @@ Tensor VQVAE::decode(const Tensor& z_q) const {
   if (!fused_path(z_q)) return decoder(z_q.permute({0, 3, 1, 2}).contiguous());
   const auto c4 = decoder->at<nn::Conv2d>(0);
   const auto t5 = decoder->at<nn::ConvTranspose2d>(2), t6 = decoder->at<nn::ConvTranspose2d>(4);
-  const Shape& s = z_q.shape();
-  // [B, H, W, D] -> [B, D/16, H, W, 16]
-  Tensor h = contiguous(permute(reshape(z_q, {s[0], s[1], s[2], s[3] / 16, 16}), {0, 3, 1, 2, 4}));
+  Tensor h = to_channel_blocked(permute(z_q, {0, 3, 1, 2}));  // [B, H, W, D] -> [B, D/16, H, W, 16]
   h = conv2d_fused(h, c4->weight, c4->bias, {.padding = 1, .input_blocked = true, .output_blocked = true, .relu = true});
   // ConvTranspose2d stores [O, C, K, K]; conv_transpose2d takes PyTorch's [C, O, K, K].
   h = conv_transpose2d_fused(h, transpose(t5->weight, 0, 1), t5->bias,

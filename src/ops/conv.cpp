@@ -356,19 +356,39 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 }
 
 Tensor to_channel_blocked(const Tensor& x) {
-  check_defined("to_channel_blocked", x);
-  KILN_CHECK(x.dim() == 4 && x.shape()[1] % 16 == 0, "to_channel_blocked",
-             "input {} must be [B, C, H, W] with C a multiple of 16", describe(x));
+  const char* op = "to_channel_blocked";
+  check_defined(op, x);
+  KILN_CHECK(x.dim() == 4 && x.shape()[1] % 16 == 0 && is_floating(x.dtype()), op,
+             "input {} must be a floating [B, C, H, W] with C a multiple of 16", describe(x));
   const Shape& s = x.shape();
-  return contiguous(permute(reshape(x, {s[0], s[1] / 16, 16, s[2], s[3]}), {0, 1, 3, 4, 2}));
+  Tensor out = Tensor::empty({s[0], s[1] / 16, s[2], s[3], 16}, x.dtype(), x.device());
+  KILN_LAUNCH(op, backend::cpu::block_channels(x, out));
+  if (needs_grad(x)) {
+    // The gradient in x's own layout: NHWC when x is a channels-last view
+    // (the VQ-VAE's latents), so the permute before it gets a contiguous one.
+    const bool nhwc = !x.is_contiguous() && x.strides() == Strides{s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+    record(op, {x}, {out}, {}, [nhwc](const VjpArgs& a) -> Grads {
+      return {nhwc ? permute(from_channel_blocked(a.grad(), true), {0, 3, 1, 2}) : from_channel_blocked(a.grad())};
+    });
+  }
+  return out;
 }
 
-Tensor from_channel_blocked(const Tensor& x) {
-  check_defined("from_channel_blocked", x);
-  KILN_CHECK(x.dim() == 5 && x.shape()[4] == 16, "from_channel_blocked", "input {} must be [B, C/16, H, W, 16]",
-             describe(x));
+Tensor from_channel_blocked(const Tensor& x, bool channels_last) {
+  const char* op = "from_channel_blocked";
+  check_defined(op, x);
+  KILN_CHECK(x.dim() == 5 && x.shape()[4] == 16 && is_floating(x.dtype()), op,
+             "input {} must be a floating [B, C/16, H, W, 16]", describe(x));
   const Shape& s = x.shape();
-  return reshape(contiguous(permute(x, {0, 1, 4, 2, 3})), {s[0], s[1] * 16, s[2], s[3]});
+  const int64_t B = s[0], C = s[1] * 16, H = s[2], W = s[3];
+  Tensor out = Tensor::empty(channels_last ? Shape{B, H, W, C} : Shape{B, C, H, W}, x.dtype(), x.device());
+  // channels last: out [B, H, W, C] seen as [B, C, H, W] (NHWC strides).
+  KILN_LAUNCH(op, backend::cpu::unblock_channels(x, channels_last ? out.permute({0, 3, 1, 2}) : out));
+  if (needs_grad(x))
+    record(op, {x}, {out}, {}, [channels_last](const VjpArgs& a) -> Grads {
+      return {to_channel_blocked(channels_last ? permute(a.grad(), {0, 3, 1, 2}) : a.grad())};
+    });
+  return out;
 }
 
 Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, const FusedConvOptions& o) {

@@ -113,10 +113,30 @@ TEST(ConvFused, ChannelBlockedLayout) {
         for (int64_t w = 0; w < 2; ++w)
           EXPECT_EQ(p[(((b * 2 + c / 16) * 3 + h) * 2 + w) * 16 + c % 16], float(((b * 32 + c) * 3 + h) * 2 + w));
   EXPECT_TRUE(equal(from_channel_blocked(xb), x));
+  // Channels last: [B, H, W, C] out, and a [B, H, W, C] tensor permuted to
+  // [B, C, H, W] in (oneDNN's nhwc, the VQ-VAE's latents); a strided view too.
+  Tensor x_nhwc = contiguous(permute(x, {0, 2, 3, 1}));
+  EXPECT_TRUE(equal(from_channel_blocked(xb, true), x_nhwc));
+  EXPECT_TRUE(equal(to_channel_blocked(permute(x_nhwc, {0, 3, 1, 2})), xb));
+  EXPECT_TRUE(equal(to_channel_blocked(noncontiguous(x)), xb));
+  Tensor x64 = to(x, kF64);  // the strided-copy path (not oneDNN's reorder)
+  EXPECT_TRUE(equal(to(from_channel_blocked(to_channel_blocked(permute(to(x_nhwc, kF64), {0, 3, 1, 2})), true), kF32), x_nhwc));
+  EXPECT_TRUE(equal(to(to_channel_blocked(x64), kF32), xb));
   EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return to_channel_blocked(in[0]) * 1.5; },
                    {leaf({1, 16, 2, 3}, 1)});
   EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return from_channel_blocked(in[0]) * 1.5; },
                    {leaf({1, 2, 2, 1, 16}, 2)});
+  EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return from_channel_blocked(in[0], true) * 1.5; },
+                   {leaf({2, 2, 1, 3, 16}, 3)});
+  EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return to_channel_blocked(permute(in[0], {0, 3, 1, 2})) * 1.5; },
+                   {leaf({2, 1, 3, 32}, 4)});
+  // The gradient of a channels-last input comes back channels last (contiguous after the permute).
+  Generator gz(1);
+  Tensor z = randn({2, 3, 3, 32}, gz);
+  z.requires_grad_();
+  sum(to_channel_blocked(permute(z, {0, 3, 1, 2})) * 2.0).backward();
+  EXPECT_TRUE(z.grad().is_contiguous());
+  EXPECT_TRUE(equal(z.grad(), full({2, 3, 3, 32}, 2.0)));
 }
 
 // f64 runs the plain loops on converted copies (NOTE [Blocked activations]);

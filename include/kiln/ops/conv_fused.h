@@ -24,11 +24,13 @@
 
 namespace kiln {
 
-/// x [B, C, H, W] -> [B, C/16, H, W, 16] contiguous, C a multiple of 16.
-/// Differentiable.
+/// x [B, C, H, W] (any strides; a channels-last view, [B, H, W, C]
+/// permuted, converts as fast as NCHW) -> [B, C/16, H, W, 16] contiguous, C a
+/// multiple of 16. Differentiable.
 Tensor to_channel_blocked(const Tensor& x);
-/// x [B, C/16, H, W, 16] -> [B, C, H, W] contiguous. Differentiable.
-Tensor from_channel_blocked(const Tensor& x);
+/// x [B, C/16, H, W, 16] -> [B, C, H, W] contiguous, or with channels_last
+/// [B, H, W, C] contiguous. Differentiable.
+Tensor from_channel_blocked(const Tensor& x, bool channels_last = false);
 
 struct FusedConvOptions {
   Size2 stride = 1;

@@ -393,17 +393,18 @@ bool run_dnnl(Kind kind, const ConvGeom& g, DType dt, bool bias, std::initialize
 
 bool on_dnnl(DType dt) { return dt == kF32 || dt == kBF16; }
 
-// The plain [B, C, H, W] view of a blocked [B, C/16, H, W, 16] tensor's
-// element order: the same element at [b, cb, h, w, l] in both.
+// A [B, C, H, W] tensor (any strides) viewed in a blocked tensor's element
+// order: the same element at [b, c / 16, h, w, c % 16] in both.
 Tensor plain_as_blocked(const Tensor& plain) {
-  const int64_t B = plain.shape()[0], C = plain.shape()[1], H = plain.shape()[2], W = plain.shape()[3];
-  return Tensor::make_view(plain.storage(), {B, C / 16, H, W, 16}, {C * H * W, 16 * H * W, W, 1, H * W},
+  const Shape& n = plain.shape();
+  const Strides& st = plain.strides();
+  return Tensor::make_view(plain.storage(), {n[0], n[1] / 16, n[2], n[3], 16}, {st[0], 16 * st[1], st[2], st[3], st[1]},
                            plain.storage_offset(), plain.dtype());
 }
 
 Tensor unblocked(const Tensor& t, int64_t B, int64_t C, int64_t H, int64_t W) {
   Tensor p = Tensor::empty({B, C, H, W}, t.dtype(), t.device());
-  unblock_channels(t.contiguous(), p);
+  unblock_channels(t, p);
   return p;
 }
 
@@ -475,9 +476,14 @@ namespace {
 // primitive cache keeps; other dtypes through copy().
 bool reorder_f32(const Tensor& from, bool from_blocked, const Tensor& to) {
   if (from.dtype() != kF32 || to.dtype() != kF32) return false;
-  const Shape& p = from_blocked ? to.shape() : from.shape();  // the plain [B, C, H, W]
-  const md plain({p[0], p[1], p[2], p[3]}, dnnl::memory::data_type::f32, tag::nchw);
+  const Tensor& pt = from_blocked ? to : from;  // the plain [B, C, H, W]
+  const Shape& p = pt.shape();
+  // NCHW contiguous, or NHWC: a [B, H, W, C] contiguous tensor permuted to [B, C, H, W].
+  const bool nhwc = pt.strides() == Strides{p[1] * p[2] * p[3], 1, p[3] * p[1], p[1]};
+  if (!nhwc && !pt.is_contiguous()) return false;
+  const md plain({p[0], p[1], p[2], p[3]}, dnnl::memory::data_type::f32, nhwc ? tag::nhwc : tag::nchw);
   const md blk({p[0], p[1], p[2], p[3]}, dnnl::memory::data_type::f32, tag::nChw16c);
+  if (p[0] * p[1] * p[2] * p[3] == 0) return true;
   dnnl::memory src(from_blocked ? blk : plain, engine(), from.data_ptr());
   dnnl::memory dst(from_blocked ? plain : blk, engine(), to.data_ptr());
   dnnl_common::OmpThreads threads(effective_num_threads());
@@ -486,7 +492,8 @@ bool reorder_f32(const Tensor& from, bool from_blocked, const Tensor& to) {
 }
 }  // namespace
 
-void unblock_channels(const Tensor& blocked, const Tensor& plain) {
+void unblock_channels(const Tensor& blocked_in, const Tensor& plain) {
+  const Tensor blocked = blocked_in.contiguous();
   if (!reorder_f32(blocked, true, plain)) copy(blocked, plain_as_blocked(plain));
 }
 

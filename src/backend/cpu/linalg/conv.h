@@ -51,8 +51,10 @@ void conv_backward_data(const ConvGeom& g, const Tensor& small, const Tensor& w,
 void conv_backward_weights(const ConvGeom& g, const Tensor& large, const Tensor& small, const Tensor& gw,
                            const Tensor* gb);
 
-/// [B, C/16, H, W, 16] (contiguous) <-> [B, C, H, W] (contiguous), any float
-/// dtype, C a multiple of 16 (NOTE [Blocked activations]).
+/// [B, C/16, H, W, 16] (contiguous) <-> [B, C, H, W] (any strides; oneDNN's
+/// reorder for f32 NCHW or NHWC, a strided copy otherwise), any float dtype,
+/// C a multiple of 16 (NOTE [Blocked activations]). block_channels writes a
+/// contiguous blocked tensor; unblock_channels writes plain in place.
 void unblock_channels(const Tensor& blocked, const Tensor& plain);
 void block_channels(const Tensor& plain, const Tensor& blocked);
 
