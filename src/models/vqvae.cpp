@@ -37,7 +37,9 @@ VQVAE::VQVAE(const nn::Init& init, VQVAEOptions o) : options(o) {
 // CPU per training step (batch 128, Zen 4): docs/performance.md, "third
 // pass: VQ-VAE".
 bool VQVAE::fused_path(const Tensor& t) const {
-  if (!options.fused_convs || options.dim % 16 != 0 || options.hidden % 16 != 0 || t.dtype() != kF32) return false;
+  if (!options.fused_convs || options.dim % 16 != 0 || options.hidden % 16 != 0 || t.dtype() != kF32 ||
+      !channel_blocked_native())
+    return false;
   const auto c1 = encoder->at<nn::Conv2d>(0);
   return !c1->compute_dtype() && c1->weight.dtype() == kF32;
 }

@@ -355,6 +355,8 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
                             two_d(output_padding), groups, two_d(dilation));
 }
 
+bool channel_blocked_native() { return backend::cpu::channel_blocked_native(); }
+
 Tensor to_channel_blocked(const Tensor& x) {
   const char* op = "to_channel_blocked";
   check_defined(op, x);

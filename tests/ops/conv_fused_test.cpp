@@ -88,6 +88,16 @@ TEST(ConvFused, MatchesUnfusedInValueAndGradientsF32) {
   }
 }
 
+// Where oneDNN has 16-channel-blocked kernels (AVX-512) the blocked ops run
+// them directly (a JIT kernel, not the converted plain path).
+TEST(ConvFused, BlockedRunsNativelyWhereOffered) {
+  Generator gen(6);
+  Tensor x = randn({2, 2, 6, 6, 16}, gen), w = randn({32, 32, 4, 4}, gen);
+  Tensor y = conv2d_fused(x, w, {}, {.stride = 2, .padding = 1, .input_blocked = true, .output_blocked = true, .relu = true});
+  EXPECT_EQ(y.shape(), (Shape{2, 2, 3, 3, 16}));
+  if (channel_blocked_native()) EXPECT_EQ(backend::cpu::last_conv_impl().rfind("jit", 0), 0u) << backend::cpu::last_conv_impl();
+}
+
 TEST(ConvFused, NoFlagsIsConv2dBitwise) {
   Generator gen(3);
   Tensor x = randn({2, 32, 9, 9}, gen), w = randn({16, 32, 3, 3}, gen), b = randn({16}, gen);

@@ -29,7 +29,8 @@ struct VQVAEOptions {
   // The encoder and decoder run their convolutions on channel-blocked
   // activations with the ReLUs fused in (kiln/ops/conv_fused.h; same
   // parameters, results equal up to f32 rounding) where they can: f32, no
-  // compute dtype, D and hidden multiples of 16. false: each module's forward.
+  // compute dtype, D and hidden multiples of 16, a CPU whose conv kernels
+  // block by 16 (AVX-512; channel_blocked_native()). false: each module's forward.
   bool fused_convs = true;
 };
 

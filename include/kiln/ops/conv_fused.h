@@ -32,6 +32,12 @@ Tensor to_channel_blocked(const Tensor& x);
 /// [B, H, W, C] contiguous. Differentiable.
 Tensor from_channel_blocked(const Tensor& x, bool channels_last = false);
 
+/// Whether this CPU's convolution kernels compute on channel-blocked f32
+/// activations natively (oneDNN's AVX-512 kernels). Elsewhere (AVX2, whose
+/// kernels block by 8) the fused ops convert to and from NCHW around each
+/// call: the same results, no faster than conv2d; callers pick plain there.
+bool channel_blocked_native();
+
 struct FusedConvOptions {
   Size2 stride = 1;
   Size2 padding = 0;

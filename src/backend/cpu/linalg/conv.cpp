@@ -618,6 +618,21 @@ void conv_backward_weights(const ConvGeom& g_in, const Tensor& large_in, const T
 
 const std::string& last_conv_impl() { return state().last_impl; }
 
+bool channel_blocked_native() {
+  // A small f32 3x3 forward asked for nChw16c on both sides: made by a JIT
+  // kernel (AVX-512), or only by oneDNN's reference code (AVX2 kernels block
+  // by 8), in which case the blocked ops would run on converted copies.
+  static const bool native = [] {
+    ConvGeom g{.B = 1, .C = 16, .O = 16, .H = 4, .W = 4, .OH = 4, .OW = 4, .KH = 3, .KW = 3, .pt = 1, .pl = 1,
+               .pb = 1, .pr = 1};
+    g.large_blocked = g.small_blocked = true;
+    dnnl_common::OmpThreads threads(1);
+    const Entry e = make_entry(Kind::forward, g, kF32, false);
+    return !e.unusable;
+  }();
+  return native;
+}
+
 void set_conv_winograd(bool enabled) { winograd_flag().store(enabled ? 1 : 0, std::memory_order_relaxed); }
 
 bool conv_winograd() { return winograd_flag().load(std::memory_order_relaxed) != 0; }

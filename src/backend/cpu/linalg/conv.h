@@ -58,6 +58,10 @@ void conv_backward_weights(const ConvGeom& g, const Tensor& large, const Tensor&
 void unblock_channels(const Tensor& blocked, const Tensor& plain);
 void block_channels(const Tensor& plain, const Tensor& blocked);
 
+/// Whether oneDNN computes on 16-channel-blocked f32 activations natively
+/// here (AVX-512); elsewhere the blocked paths convert (correct, no faster).
+bool channel_blocked_native();
+
 /// Which implementation ran last on this thread ("brg:avx512_core",
 /// "jit:avx512_core", "ref" for cpu::ref, ...): tests check that f32 does not
 /// fall back to slow code.
