@@ -82,7 +82,9 @@ TEST(ConvFused, MatchesUnfusedInValueAndGradientsF32) {
     }
     EXPECT_EQ(outs[1].shape(), outs[0].shape());
     EXPECT_TRUE(all_close(outs[1], outs[0], 1e-5, 1e-5)) << "forward";
-    if (c.o.relu) EXPECT_EQ(min(outs[1]).item<float>(), 0.f) << "ReLU applied";
+    if (c.o.relu) {
+      EXPECT_EQ(min(outs[1]).item<float>(), 0.f) << "ReLU applied";
+    }
     const char* names[] = {"grad x", "grad w", "grad b"};
     for (int i = 0; i < 3; ++i) EXPECT_TRUE(all_close(grads[1][i], grads[0][i], 1e-4, 1e-5)) << names[i];
   }
@@ -95,7 +97,9 @@ TEST(ConvFused, BlockedRunsNativelyWhereOffered) {
   Tensor x = randn({2, 2, 6, 6, 16}, gen), w = randn({32, 32, 4, 4}, gen);
   Tensor y = conv2d_fused(x, w, {}, {.stride = 2, .padding = 1, .input_blocked = true, .output_blocked = true, .relu = true});
   EXPECT_EQ(y.shape(), (Shape{2, 2, 3, 3, 16}));
-  if (channel_blocked_native()) EXPECT_EQ(backend::cpu::last_conv_impl().rfind("jit", 0), 0u) << backend::cpu::last_conv_impl();
+  if (channel_blocked_native()) {
+    EXPECT_EQ(backend::cpu::last_conv_impl().rfind("jit", 0), 0u) << backend::cpu::last_conv_impl();
+  }
 }
 
 TEST(ConvFused, NoFlagsIsConv2dBitwise) {
