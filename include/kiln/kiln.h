@@ -15,6 +15,7 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
 #include "kiln/ops/conv_algorithm.h"
+#include "kiln/ops/conv_fused.h"
 #include "kiln/ops/device.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/dropout.h"

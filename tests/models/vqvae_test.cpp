@@ -3,7 +3,10 @@
 // steps lower the loss on a small image batch.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "kiln/models/vqvae.h"
+#include "kiln/ops/conv_fused.h"
 #include "kiln/optim/adam.h"
 #include "tests/support/models_testing.h"
 
@@ -62,6 +65,58 @@ TEST(VQVAE, AdamAndEmaStepsLowerTheLoss) {
   }
   EXPECT_LT(last, 0.5 * first) << "first " << first << " last " << last;
   EXPECT_GT(model.stats(model.forward(x).indices).used, 1);
+}
+
+// NOTE [VQ-VAE fused convs] in src/models/vqvae.cpp: with D and hidden
+// multiples of 16 the conv stack runs on channel-blocked activations with the
+// ReLUs fused; it gives the modules' own forward up to f32 rounding, in the
+// outputs, the codes and every parameter's gradient, and codes still decode
+// to the forward's reconstruction bitwise.
+TEST(VQVAE, FusedConvPathMatchesTheModules) {
+  for (int64_t levels : {1, 2}) {
+    SCOPED_TRACE(fmt::format("levels {}", levels));
+    Tensor x = stripes(4);
+    std::vector<models::VQVAEOutput> outs;
+    std::vector<std::map<std::string, Tensor>> grads;
+    for (bool fused : {false, true}) {
+      Rngs rngs(3);
+      models::VQVAE model(rngs, {.codebook_size = 16, .dim = 32, .hidden = 16, .levels = levels, .fused_convs = fused});
+      EXPECT_EQ(model.fused_path(x), fused && channel_blocked_native());
+      models::VQVAEOutput out = model.forward(x);
+      (mse_loss(out.recon, x) + out.commitment_loss).backward();
+      std::map<std::string, Tensor> g;
+      for (const auto& [name, p] : model.named_parameters()) g[name] = p.grad();
+      grads.push_back(g);
+      outs.push_back(out);
+      if (fused) {
+        model.eval();
+        NoGradGuard ng;
+        auto again = model.forward(x);
+        EXPECT_TRUE(equal(model.decode_indices(again.indices), again.recon));
+      }
+    }
+    EXPECT_TRUE(all_close(outs[1].z_e, outs[0].z_e, 1e-5, 1e-6)) << "z_e";
+    EXPECT_TRUE(equal(outs[1].indices, outs[0].indices)) << "codes";
+    EXPECT_TRUE(all_close(outs[1].recon, outs[0].recon, 1e-5, 1e-6)) << "recon";
+    EXPECT_TRUE(all_close(outs[1].commitment_loss, outs[0].commitment_loss, 1e-5, 1e-7)) << "commitment";
+    ASSERT_EQ(grads[1].size(), grads[0].size());
+    for (const auto& [name, g] : grads[0]) {
+      ASSERT_TRUE(g.defined()) << name;
+      EXPECT_TRUE(all_close(grads[1].at(name), g, 1e-4, 1e-6)) << name;
+    }
+  }
+}
+
+TEST(VQVAE, FusedPathIsOnlyForF32WithChannelsInSixteens) {
+  Rngs rngs(0);
+  models::VQVAE small(rngs, {.codebook_size = 16, .dim = 8, .hidden = 4});
+  EXPECT_FALSE(small.fused_path(stripes(1)));
+  models::VQVAE model(rngs, {.codebook_size = 16, .dim = 16, .hidden = 16});
+  EXPECT_EQ(model.fused_path(stripes(1)), channel_blocked_native());  // AVX-512: true
+  EXPECT_FALSE(model.fused_path(stripes(1).to(kF64)));
+  EXPECT_KILN_ERROR(model.decode(zeros({2, 7, 7, 8})), "[VQVAE.decode] latents");
+  model.set_compute_dtype(kBF16);
+  EXPECT_FALSE(model.fused_path(stripes(1)));
 }
 
 }  // namespace

@@ -26,6 +26,12 @@ struct VQVAEOptions {
   int64_t hidden = 32;          // channels of the first conv (14x14)
   int64_t levels = 1;           // 1: a VectorQuantizer; > 1: a ResidualVQ of that many levels
   nn::VectorQuantizerOptions vq = {};
+  // The encoder and decoder run their convolutions on channel-blocked
+  // activations with the ReLUs fused in (kiln/ops/conv_fused.h; same
+  // parameters, results equal up to f32 rounding) where they can: f32, no
+  // compute dtype, D and hidden multiples of 16, a CPU whose conv kernels
+  // block by 16 (AVX-512; channel_blocked_native()). false: each module's forward.
+  bool fused_convs = true;
 };
 
 struct VQVAEOutput {
@@ -55,6 +61,8 @@ class VQVAE : public nn::Module {
   /// Level `level`'s usage, perplexity, dead codes over indices.
   nn::VQStats stats(const Tensor& indices, int64_t level = 0) const;
   int64_t levels() const { return options.levels; }
+  /// Whether encode/decode take the fused conv path for this input (options.fused_convs).
+  bool fused_path(const Tensor& t) const;
 
   VQVAEOptions options;
   nn::Shared<nn::Sequential> encoder, decoder;

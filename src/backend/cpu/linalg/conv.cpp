@@ -30,7 +30,7 @@ using dnnl_common::stream;
 enum class Kind : int64_t { forward, backward_data, backward_weights };
 
 struct Key {
-  std::array<int64_t, 24> v{};
+  std::array<int64_t, 27> v{};
   bool operator==(const Key& o) const { return v == o.v; }
 };
 
@@ -40,7 +40,8 @@ struct KeyHash {
 
 Key make_key(Kind kind, DType dt, bool bias, int threads, const ConvGeom& g, bool wino) {
   return {{int64_t(kind), int64_t(dt), int64_t(bias), int64_t(threads), g.B, g.C, g.O, g.groups, g.H, g.W, g.OH, g.OW, g.KH, g.KW,
-           g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.pb, g.pr, int64_t(wino), 0}};
+           g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.pb, g.pr, int64_t(wino), int64_t(g.large_blocked),
+           int64_t(g.small_blocked), int64_t(g.relu), 0}};
 }
 
 // One tensor argument of a primitive: kiln's plain memory (its data handle
@@ -176,9 +177,14 @@ dnnl::memory::data_type dnnl_type(DType t) {
   return t == kBF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
 
-// kiln's plain descriptors for the three tensors of a geometry.
-md large_md(const ConvGeom& g, DType dt) { return md({g.B, g.C, g.H, g.W}, dnnl_type(dt), tag::nchw); }
-md small_md(const ConvGeom& g, DType dt) { return md({g.B, g.O, g.OH, g.OW}, dnnl_type(dt), tag::nchw); }
+// kiln's descriptors for the three tensors of a geometry: NCHW, or nChw16c
+// for a blocked activation (NOTE [Blocked activations] in conv.h).
+md large_md(const ConvGeom& g, DType dt) {
+  return md({g.B, g.C, g.H, g.W}, dnnl_type(dt), g.large_blocked ? tag::nChw16c : tag::nchw);
+}
+md small_md(const ConvGeom& g, DType dt) {
+  return md({g.B, g.O, g.OH, g.OW}, dnnl_type(dt), g.small_blocked ? tag::nChw16c : tag::nchw);
+}
 md weight_md(const ConvGeom& g, DType dt) {
   // Grouped weights [O, C/g, KH, KW] are oneDNN's [g, O/g, C/g, KH, KW] in the same memory.
   if (g.groups == 1) return md({g.O, g.C, g.KH, g.KW}, dnnl_type(dt), tag::oihw);
@@ -203,6 +209,13 @@ md any_like(const ConvGeom& g, const md& m) { return plain_layouts(g) ? m : md(m
 // tried (make_entry's first_layer_blocked = false).
 bool first_layer(const ConvGeom& g) { return g.groups == 1 && g.C < 16 && g.O >= 16; }
 md any_all(const md& m) { return md(m.dims(), m.data_type(), tag::any); }
+// What the primitive is asked for: a blocked activation exactly as kiln holds
+// it; with either activation blocked the weights' layout is oneDNN's choice
+// (its kernels for nChw16c want blocked weights, even with few channels).
+bool any_blocked(const ConvGeom& g) { return g.large_blocked || g.small_blocked; }
+md want_large(const ConvGeom& g, const md& m) { return g.large_blocked ? m : any_like(g, m); }
+md want_small(const ConvGeom& g, const md& m) { return g.small_blocked ? m : any_like(g, m); }
+md want_weights(const ConvGeom& g, const md& m) { return any_blocked(g) ? any_all(m) : any_like(g, m); }
 
 // NOTE [Winograd]: 3x3 stride-1 convolutions run oneDNN's Winograd kernels,
 // F(4x4, 3x3) (jit_wino_4x3, AVX-512 only), where it offers them: f32, no
@@ -255,20 +268,27 @@ void finish(Entry& e, const std::string& impl, const md& scratch) {
   e.args.push_back({DNNL_ARG_SCRATCHPAD, e.scratch.get()});
 }
 
-// The caller passes scratch memory (NOTE [Conv scratchpad]).
-dnnl::primitive_attr scratch_attr() {
+// The caller passes scratch memory (NOTE [Conv scratchpad]). relu: an
+// eltwise ReLU post-op on the output (after the bias).
+dnnl::primitive_attr scratch_attr(bool relu = false) {
   dnnl::primitive_attr a;
   a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (relu) {
+    dnnl::post_ops po;
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    a.set_post_ops(po);
+  }
   return a;
 }
 
-dnnl::convolution_forward::primitive_desc forward_pd(const ConvGeom& g, DType dt, bool bias, dnnl::algorithm alg) {
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvGeom& g, DType dt, bool bias, dnnl::algorithm alg,
+                                                     bool relu = false) {
   const dnnl::memory::dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
   md b_md = bias ? md({g.O}, dnnl_type(dt), tag::x) : md();
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, alg,
-                                    any_like(g, large_md(g, dt)), any_like(g, weight_md(g, dt)), b_md,
-                                    any_like(g, small_md(g, dt)), strides, dil, pl, pr);
-  return dnnl::convolution_forward::primitive_desc(d, scratch_attr(), engine());
+                                    want_large(g, large_md(g, dt)), want_weights(g, weight_md(g, dt)), b_md,
+                                    want_small(g, small_md(g, dt)), strides, dil, pl, pr);
+  return dnnl::convolution_forward::primitive_desc(d, scratch_attr(relu), engine());
 }
 
 Entry make_entry(Kind kind, const ConvGeom& g, DType dt, bool bias, bool first_layer_blocked = true,
@@ -278,7 +298,7 @@ Entry make_entry(Kind kind, const ConvGeom& g, DType dt, bool bias, bool first_l
   const md L = large_md(g, dt), S = small_md(g, dt), Wt = weight_md(g, dt);
   try {
     if (kind == Kind::forward) {
-      auto pd = forward_pd(g, dt, bias, alg);
+      auto pd = forward_pd(g, dt, bias, alg, g.relu);
       e.prim = dnnl::convolution_forward(pd);
       e.inputs.push_back(make_arg(DNNL_ARG_SRC, L, pd.src_desc(), true));
       e.inputs.push_back(make_arg(DNNL_ARG_WEIGHTS, Wt, pd.weights_desc(), true));
@@ -287,8 +307,8 @@ Entry make_entry(Kind kind, const ConvGeom& g, DType dt, bool bias, bool first_l
       finish(e, pd.impl_info_str(), pd.scratchpad_desc());
     } else if (kind == Kind::backward_data) {
       auto hint = forward_pd(g, dt, false, alg);
-      dnnl::convolution_backward_data::desc d(alg, any_like(g, L),
-                                              any_like(g, Wt), any_like(g, S), strides, dil, pl, pr);
+      dnnl::convolution_backward_data::desc d(alg, want_large(g, L), want_weights(g, Wt), want_small(g, S), strides,
+                                              dil, pl, pr);
       dnnl::convolution_backward_data::primitive_desc pd(d, scratch_attr(), engine(), hint);
       e.prim = dnnl::convolution_backward_data(pd);
       e.inputs.push_back(make_arg(DNNL_ARG_DIFF_DST, S, pd.diff_dst_desc(), true));
@@ -299,8 +319,9 @@ Entry make_entry(Kind kind, const ConvGeom& g, DType dt, bool bias, bool first_l
       auto hint = forward_pd(g, dt, bias, alg);
       md gb_md = bias ? md({g.O}, dnnl_type(dt), tag::x) : md();
       const bool first = first_layer_blocked && first_layer(g);
-      const md Wd = first ? any_all(Wt) : any_like(g, Wt), Sd = first ? any_all(S) : any_like(g, S);
-      dnnl::convolution_backward_weights::desc d(alg, any_like(g, L), Wd, gb_md,
+      const md Wd = first ? any_all(Wt) : want_weights(g, Wt);
+      const md Sd = g.small_blocked ? S : first ? any_all(S) : any_like(g, S);
+      dnnl::convolution_backward_weights::desc d(alg, want_large(g, L), Wd, gb_md,
                                                  Sd, strides, dil, pl, pr);
       dnnl::convolution_backward_weights::primitive_desc pd(d, scratch_attr(), engine(), hint);
       e.prim = dnnl::convolution_backward_weights(pd);
@@ -372,12 +393,135 @@ bool run_dnnl(Kind kind, const ConvGeom& g, DType dt, bool bias, std::initialize
 
 bool on_dnnl(DType dt) { return dt == kF32 || dt == kBF16; }
 
+// A [B, C, H, W] tensor (any strides) viewed in a blocked tensor's element
+// order: the same element at [b, c / 16, h, w, c % 16] in both.
+Tensor plain_as_blocked(const Tensor& plain) {
+  const Shape& n = plain.shape();
+  const Strides& st = plain.strides();
+  return Tensor::make_view(plain.storage(), {n[0], n[1] / 16, n[2], n[3], 16}, {st[0], 16 * st[1], st[2], st[3], st[1]},
+                           plain.storage_offset(), plain.dtype());
+}
+
+Tensor unblocked(const Tensor& t, int64_t B, int64_t C, int64_t H, int64_t W) {
+  Tensor p = Tensor::empty({B, C, H, W}, t.dtype(), t.device());
+  unblock_channels(t, p);
+  return p;
+}
+
+// ReLU in place over a contiguous tensor (paths without the fused post-op).
+void relu_inplace(const Tensor& t) {
+  dispatch_only<bfloat16, float, double>(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(t.data_ptr());
+    parallel_for(0, t.numel(), 65536, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        if (!(float(p[i]) > 0.f)) p[i] = T(0.f);  // NaN stays NaN below
+    });
+  });
+}
+
+// backward-data's epilogue: + bias[C] and/or ReLU over large (oneDNN's
+// backward-data has neither), NCHW or blocked, one pass.
+void add_bias_relu(const ConvGeom& g, const Tensor* bias, bool relu, const Tensor& large) {
+  if (!bias && !relu) return;
+  const DType dt = large.dtype();
+  Tensor b = bias ? bias->contiguous() : Tensor();
+  dispatch_only<bfloat16, float, double>(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* bp = bias ? static_cast<const T*>(b.data_ptr()) : nullptr;
+    T* x = static_cast<T*>(large.data_ptr());
+    // One block: a (b, c) plane (NCHW, one channel) or a (b, c/16) block of
+    // H*W*16 values (nChw16c, channel = 16 * block + lane).
+    const bool blk = g.large_blocked;
+    const int64_t plane = blk ? g.H * g.W * 16 : g.H * g.W, nblocks = blk ? g.B * (g.C / 16) : g.B * g.C;
+    const int64_t per_b = blk ? g.C / 16 : g.C;
+    parallel_for(0, nblocks, std::max<int64_t>(1, 16384 / std::max<int64_t>(plane, 1)), [&](int64_t lo, int64_t hi) {
+      for (int64_t bc = lo; bc < hi; ++bc) {
+        T* p = x + bc * plane;
+        const int64_t c0 = bc % per_b;
+        if (!blk) {
+          const A v = bp ? A(bp[c0]) : A(0);
+          if (relu) {
+#pragma omp simd
+            for (int64_t k = 0; k < plane; ++k) {
+              const A y = A(p[k]) + v;
+              p[k] = T(y > A(0) ? y : A(0));  // NaN -> 0 here as in oneDNN's post-op
+            }
+          } else {
+#pragma omp simd
+            for (int64_t k = 0; k < plane; ++k) p[k] = T(A(p[k]) + v);
+          }
+        } else {
+          A v[16];
+          for (int l = 0; l < 16; ++l) v[l] = bp ? A(bp[c0 * 16 + l]) : A(0);
+          for (int64_t k = 0; k < plane; k += 16) {
+#pragma omp simd
+            for (int l = 0; l < 16; ++l) {
+              const A y = A(p[k + l]) + v[l];
+              p[k + l] = relu ? T(y > A(0) ? y : A(0)) : T(y);
+            }
+          }
+        }
+      }
+    });
+  });
+}
+
 }  // namespace
+
+namespace {
+// f32 through oneDNN's reorder (a 16 x H*W transpose per block; its JIT
+// kernel is several times faster than the generic strided copy), which its
+// primitive cache keeps; other dtypes through copy().
+bool reorder_f32(const Tensor& from, bool from_blocked, const Tensor& to) {
+  if (from.dtype() != kF32 || to.dtype() != kF32) return false;
+  const Tensor& pt = from_blocked ? to : from;  // the plain [B, C, H, W]
+  const Shape& p = pt.shape();
+  // NCHW contiguous, or NHWC: a [B, H, W, C] contiguous tensor permuted to [B, C, H, W].
+  const bool nhwc = pt.strides() == Strides{p[1] * p[2] * p[3], 1, p[3] * p[1], p[1]};
+  if (!nhwc && !pt.is_contiguous()) return false;
+  const md plain({p[0], p[1], p[2], p[3]}, dnnl::memory::data_type::f32, nhwc ? tag::nhwc : tag::nchw);
+  const md blk({p[0], p[1], p[2], p[3]}, dnnl::memory::data_type::f32, tag::nChw16c);
+  if (p[0] * p[1] * p[2] * p[3] == 0) return true;
+  dnnl::memory src(from_blocked ? blk : plain, engine(), from.data_ptr());
+  dnnl::memory dst(from_blocked ? plain : blk, engine(), to.data_ptr());
+  dnnl_common::OmpThreads threads(effective_num_threads());
+  dnnl::reorder(src, dst).execute(stream(), src, dst);
+  return true;
+}
+}  // namespace
+
+void unblock_channels(const Tensor& blocked_in, const Tensor& plain) {
+  const Tensor blocked = blocked_in.contiguous();
+  if (!reorder_f32(blocked, true, plain)) copy(blocked, plain_as_blocked(plain));
+}
+
+void block_channels(const Tensor& plain, const Tensor& blocked) {
+  if (!reorder_f32(plain, false, blocked)) copy(plain_as_blocked(plain), blocked);
+}
 
 void conv_forward(const ConvGeom& g, const Tensor& large_in, const Tensor& w_in, const Tensor* bias,
                   const Tensor& small) {
   if (small.numel() == 0) return;
   const DType dt = small.dtype();
+  if (any_blocked(g)) {
+    if (dt == kF32) {
+      Tensor large = large_in.contiguous(), w = w_in.contiguous();
+      Tensor b = bias ? bias->contiguous() : Tensor();
+      bool ok = bias ? run_dnnl(Kind::forward, g, dt, true, {&large, &w, &b}, {&small})
+                     : run_dnnl(Kind::forward, g, dt, false, {&large, &w}, {&small});
+      if (ok) return;
+    }
+    // Plain path on converted copies (NOTE [Blocked activations]).
+    ConvGeom p = g;
+    p.large_blocked = p.small_blocked = false;
+    Tensor large = g.large_blocked ? unblocked(large_in, g.B, g.C, g.H, g.W) : large_in;
+    Tensor s = g.small_blocked ? Tensor::empty({g.B, g.O, g.OH, g.OW}, dt, small.device()) : small;
+    conv_forward(p, large, w_in, bias, s);
+    if (g.small_blocked) block_channels(s, small);
+    return;
+  }
   if (widen_bf16(dt)) {
     Tensor s32 = Tensor::empty(small.shape(), kF32, small.device()), b32 = bias ? widened(*bias) : Tensor();
     conv_forward(g, widened(large_in), widened(w_in), bias ? &b32 : nullptr, s32);
@@ -393,12 +537,29 @@ void conv_forward(const ConvGeom& g, const Tensor& large_in, const Tensor& w_in,
   }
   state().last_impl = "ref";
   ref::conv_forward(g, large_in, w_in, bias, small);
+  if (g.relu) relu_inplace(small);
 }
 
 void conv_backward_data(const ConvGeom& g, const Tensor& small_in, const Tensor& w_in, const Tensor* bias,
                         const Tensor& large) {
   if (large.numel() == 0) return;
   const DType dt = large.dtype();
+  if (any_blocked(g)) {
+    if (dt == kF32) {
+      Tensor small = small_in.contiguous(), w = w_in.contiguous();
+      if (run_dnnl(Kind::backward_data, g, dt, false, {&small, &w}, {&large})) {
+        add_bias_relu(g, bias, g.relu, large);
+        return;
+      }
+    }
+    ConvGeom p = g;
+    p.large_blocked = p.small_blocked = false;
+    Tensor small = g.small_blocked ? unblocked(small_in, g.B, g.O, g.OH, g.OW) : small_in;
+    Tensor l = g.large_blocked ? Tensor::empty({g.B, g.C, g.H, g.W}, dt, large.device()) : large;
+    conv_backward_data(p, small, w_in, bias, l);
+    if (g.large_blocked) block_channels(l, large);
+    return;
+  }
   if (widen_bf16(dt)) {
     Tensor l32 = Tensor::empty(large.shape(), kF32, large.device()), b32 = bias ? widened(*bias) : Tensor();
     conv_backward_data(g, widened(small_in), widened(w_in), bias ? &b32 : nullptr, l32);
@@ -408,37 +569,35 @@ void conv_backward_data(const ConvGeom& g, const Tensor& small_in, const Tensor&
   if (on_dnnl(dt)) {
     Tensor small = small_in.contiguous(), w = w_in.contiguous();
     if (run_dnnl(Kind::backward_data, g, dt, false, {&small, &w}, {&large})) {
-      if (bias) {
-        // oneDNN's backward-data has no bias: add it per (b, c) plane.
-        Tensor b = bias->contiguous();
-        dispatch_only<bfloat16, float, double>(dt, [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          using A = acc_t<T>;
-          const T* bp = static_cast<const T*>(b.data_ptr());
-          T* x = static_cast<T*>(large.data_ptr());
-          const int64_t plane = g.H * g.W;
-          parallel_for(0, g.B * g.C, std::max<int64_t>(1, 16384 / std::max<int64_t>(plane, 1)),
-                       [&](int64_t lo, int64_t hi) {
-                         for (int64_t bc = lo; bc < hi; ++bc) {
-                           const A v = A(bp[bc % g.C]);
-                           T* p = x + bc * plane;
-#pragma omp simd
-                           for (int64_t k = 0; k < plane; ++k) p[k] = T(A(p[k]) + v);
-                         }
-                       });
-          });
-      }
+      add_bias_relu(g, bias, g.relu, large);
       return;
     }
   }
   state().last_impl = "ref";
   ref::conv_backward_data(g, small_in, w_in, bias, large);
+  if (g.relu) relu_inplace(large);
 }
 
-void conv_backward_weights(const ConvGeom& g, const Tensor& large_in, const Tensor& small_in, const Tensor& gw,
+void conv_backward_weights(const ConvGeom& g_in, const Tensor& large_in, const Tensor& small_in, const Tensor& gw,
                            const Tensor* gb) {
   if (gw.numel() == 0) return;
+  ConvGeom g = g_in;
+  g.relu = false;  // no output to activate
   const DType dt = gw.dtype();
+  if (any_blocked(g)) {
+    if (dt == kF32 && g.B * g.OH * g.OW > 0) {
+      Tensor large = large_in.contiguous(), small = small_in.contiguous();
+      bool ok = gb ? run_dnnl(Kind::backward_weights, g, dt, true, {&large, &small}, {&gw, gb})
+                   : run_dnnl(Kind::backward_weights, g, dt, false, {&large, &small}, {&gw});
+      if (ok) return;
+    }
+    ConvGeom p = g;
+    p.large_blocked = p.small_blocked = false;
+    Tensor large = g.large_blocked ? unblocked(large_in, g.B, g.C, g.H, g.W) : large_in;
+    Tensor small = g.small_blocked ? unblocked(small_in, g.B, g.O, g.OH, g.OW) : small_in;
+    conv_backward_weights(p, large, small, gw, gb);
+    return;
+  }
   if (widen_bf16(dt)) {
     Tensor gw32 = Tensor::empty(gw.shape(), kF32, gw.device());
     Tensor gb32 = gb ? Tensor::empty(gb->shape(), kF32, gb->device()) : Tensor();
@@ -458,6 +617,21 @@ void conv_backward_weights(const ConvGeom& g, const Tensor& large_in, const Tens
 }
 
 const std::string& last_conv_impl() { return state().last_impl; }
+
+bool channel_blocked_native() {
+  // A small f32 3x3 forward asked for nChw16c on both sides: made by a JIT
+  // kernel (AVX-512), or only by oneDNN's reference code (AVX2 kernels block
+  // by 8), in which case the blocked ops would run on converted copies.
+  static const bool native = [] {
+    ConvGeom g{.B = 1, .C = 16, .O = 16, .H = 4, .W = 4, .OH = 4, .OW = 4, .KH = 3, .KW = 3, .pt = 1, .pl = 1,
+               .pb = 1, .pr = 1};
+    g.large_blocked = g.small_blocked = true;
+    dnnl_common::OmpThreads threads(1);
+    const Entry e = make_entry(Kind::forward, g, kF32, false);
+    return !e.unusable;
+  }();
+  return native;
+}
 
 void set_conv_winograd(bool enabled) { winograd_flag().store(enabled ? 1 : 0, std::memory_order_relaxed); }
 

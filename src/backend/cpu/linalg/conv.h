@@ -27,6 +27,16 @@ struct ConvGeom {
   int64_t H = 0, W = 0, OH = 0, OW = 0, KH = 0, KW = 0;
   int64_t sh = 1, sw = 1, dh = 1, dw = 1;
   int64_t pt = 0, pl = 0, pb = 0, pr = 0;
+  // NOTE [Blocked activations]: a blocked tensor is held channel-blocked,
+  // [B, C/16, H, W, 16] contiguous (oneDNN's nChw16c: channel c at block
+  // c / 16, lane c % 16), its channel count a multiple of 16. Consecutive
+  // convolutions that pass blocked tensors skip the NCHW <-> nChw16c reorders
+  // around each oneDNN call. Other dtypes than f32, or a geometry oneDNN
+  // refuses blocked, run the plain path on converted copies.
+  bool large_blocked = false, small_blocked = false;
+  // conv_forward / conv_backward_data: the output (small / large) goes
+  // through ReLU after the bias (a oneDNN post-op where the primitive has it).
+  bool relu = false;
 };
 
 /// small = conv(large, w) + bias[O] (bias may be null). large, w any layout;
@@ -40,6 +50,17 @@ void conv_backward_data(const ConvGeom& g, const Tensor& small, const Tensor& w,
 /// not null, gb [O] = small summed over batch and space. Outputs contiguous.
 void conv_backward_weights(const ConvGeom& g, const Tensor& large, const Tensor& small, const Tensor& gw,
                            const Tensor* gb);
+
+/// [B, C/16, H, W, 16] (contiguous) <-> [B, C, H, W] (any strides; oneDNN's
+/// reorder for f32 NCHW or NHWC, a strided copy otherwise), any float dtype,
+/// C a multiple of 16 (NOTE [Blocked activations]). block_channels writes a
+/// contiguous blocked tensor; unblock_channels writes plain in place.
+void unblock_channels(const Tensor& blocked, const Tensor& plain);
+void block_channels(const Tensor& plain, const Tensor& blocked);
+
+/// Whether oneDNN computes on 16-channel-blocked f32 activations natively
+/// here (AVX-512); elsewhere the blocked paths convert (correct, no faster).
+bool channel_blocked_native();
 
 /// Which implementation ran last on this thread ("brg:avx512_core",
 /// "jit:avx512_core", "ref" for cpu::ref, ...): tests check that f32 does not
