@@ -114,8 +114,8 @@ TEST(GroupedGemmKernels, ResultsDoNotDependOnThreadCount) {
     const int before = get_num_threads();
     const std::vector<int64_t> sizes{300, 7, 0, 229};
     const Tensor x = rand_f({536, 96}, 1), w = rand_f({4, 80, 96}, 2), g = rand_f({536, 80}, 3);
-    std::vector<Tensor> results[2];
-    for (int threads : {1, 2}) {
+    std::vector<Tensor> results[3];
+    for (int threads : {1, 2, 3}) {
       set_num_threads(threads);
       Tensor y = Tensor::empty({536, 80}, kF32), dx = Tensor::empty({536, 96}, kF32),
              dw = Tensor::empty({4, 80, 96}, kF32);
@@ -125,7 +125,8 @@ TEST(GroupedGemmKernels, ResultsDoNotDependOnThreadCount) {
       results[threads - 1] = {y, dx, dw};
     }
     set_num_threads(before);
-    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(testing::equal(results[0][i], results[1][i])) << i;
+    for (size_t i = 0; i < 3; ++i)
+      for (int t : {1, 2}) EXPECT_TRUE(testing::equal(results[0][i], results[t][i])) << i << " threads " << t + 1;
   });
 }
 

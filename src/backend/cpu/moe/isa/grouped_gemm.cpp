@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/parallel.h"
@@ -236,10 +237,26 @@ void grouped_gemm_weight_grad_f32(const GroupedGemmWeightGrad& g) {
     }
   });
 
-  parallel_for(0, E * strips, 1, [&](int64_t lo, int64_t hi) {
+  // A task (e, strip) costs the run length of e, and parallel_for hands each
+  // thread one contiguous chunk: in expert-major order a thread got whole
+  // experts, so uneven routing loaded one thread more (up to the share of
+  // the largest experts). Here the strips are cut into one block per thread
+  // and the order is (block, expert, strip): each thread's chunk holds every
+  // expert's share of its strips, expert by expert (one expert's packed x at
+  // a time in cache). Each dw element is still summed by one task in row
+  // order, so results do not depend on the split.
+  const int64_t strip_blocks = std::max<int64_t>(1, std::min<int64_t>(strips, effective_num_threads()));
+  const int64_t per_block = (strips + strip_blocks - 1) / strip_blocks;
+  std::vector<std::pair<int64_t, int64_t>> order;  // (e, strip) in task order
+  order.reserve(size_t(E * strips));
+  for (int64_t b = 0; b < strip_blocks; ++b)
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t st = b * per_block; st < std::min(strips, (b + 1) * per_block); ++st) order.push_back({e, st});
+  parallel_for(0, int64_t(order.size()), 1, [&](int64_t lo, int64_t hi) {
     float* op[kMR];
     for (int64_t t = lo; t < hi; ++t) {
-      const int64_t e = t / strips, st = t % strips, len = g.sizes[e], s = start[size_t(e)];
+      const auto [e, st] = order[size_t(t)];
+      const int64_t len = g.sizes[e], s = start[size_t(e)];
       const int64_t n0 = st * kMR;
       const int mr = int(std::min<int64_t>(kMR, N - n0));
       float* dwe = g.dw + e * N * K;
