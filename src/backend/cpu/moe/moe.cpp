@@ -146,9 +146,10 @@ void moe_combine_backward(const Tensor& g, const Tensor& y, const Tensor& w, con
 #pragma omp simd
                 for (int64_t c = 0; c < D; ++c) d[c] = T(wj * A(gr[c]));
               }
-              if (dwp) {
+              if (dwp) {  // a dot product of D: vector partial sums (a fixed order, not a serial chain)
                 const T* yr = yp + row * D;
                 A s = 0;
+#pragma omp simd reduction(+ : s)
                 for (int64_t c = 0; c < D; ++c) s += A(gr[c]) * A(yr[c]);
                 dwp[row] = T(s);
               }
