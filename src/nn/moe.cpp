@@ -130,12 +130,12 @@ Tensor MoE::forward(const Tensor& x_in) const {
     int64_t* tok = token.data<int64_t>();
     for (int64_t p = 0; p < M; ++p) tok[p] = ord[p] / k;
   }
-  Tensor h = grouped_linear(x2, W1, groups.counts, token, Tensor());  // [M, F] (SwiGLU [M, 2F]) sorted by expert
+  Tensor h;  // [M, F] sorted by expert: the experts' hidden activations
   if (options.activation == ExpertActivation::swiglu) {
-    std::vector<Tensor> gu = split(h, F, -1);
+    std::vector<Tensor> gu = split(grouped_linear(x2, W1, groups.counts, token, Tensor()), F, -1);  // [M, 2F]
     h = mul(silu(gu[0]), gu[1]);
   } else {
-    h = gelu(h);
+    h = grouped_linear_gelu(x2, W1, groups.counts, token, Tensor());  // the GELU in the product's epilogue
   }
   const Tensor y = grouped_linear(h, W2, groups.counts, Tensor(), groups.order);  // [M, D] in (token, slot) order
   Tensor out = moe_combine(y, w);  // [N, D]: sum_j w_nj y[n k + j]

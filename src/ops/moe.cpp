@@ -8,7 +8,9 @@
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/record.h"
+#include "kiln/ops/unary.h"
 #include "src/backend/backend.h"
+#include "src/backend/cpu/elementwise/elementwise.h"
 #include "src/backend/cpu/index/index.h"
 #include "src/backend/cpu/moe/moe.h"
 #include "src/ops/checks.h"
@@ -84,8 +86,18 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<i
   return grouped_linear(x, weight, sizes, Tensor(), Tensor());
 }
 
-Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& sizes, const Tensor& gather_in,
-                      const Tensor& scatter_in) {
+namespace {
+
+// grouped_linear's checked operands: the row maps as i64, x and weight
+// contiguous, and the sizes (E experts, O / I out / in width, T input rows,
+// M product rows).
+struct GroupedArgs {
+  Tensor x, weight, gather, scatter;
+  int64_t E, O, I, T, M;
+};
+
+GroupedArgs check_grouped(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& sizes,
+                          const Tensor& gather_in, const Tensor& scatter_in) {
   check_defined("grouped_linear", x, "input");
   check_defined("grouped_linear", weight, "weight");
   backend::device_of("grouped_linear", x, weight);
@@ -111,40 +123,79 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<i
     KILN_CHECK(total == T, "grouped_linear", "group_sizes {} add up to {}, but input {} has {} rows", sizes_str(sizes),
                total, to_string(x.shape()), T);
   }
-  const Tensor gather = checked_rows("gather", gather_in, M, T, false);
-  const Tensor scatter = checked_rows("scatter", scatter_in, M, M, true);
+  return {x.is_contiguous() ? x : x.contiguous(),
+          weight.is_contiguous() ? weight : weight.contiguous(),
+          checked_rows("gather", gather_in, M, T, false),
+          checked_rows("scatter", scatter_in, M, M, true),
+          E, O, I, T, M};
+}
 
-  const Tensor xc = x.is_contiguous() ? x : x.contiguous();
-  const Tensor wc = weight.is_contiguous() ? weight : weight.contiguous();
-  Tensor out = Tensor::empty({M, O}, x.dtype(), x.device());
-  backend::cpu::grouped_matmul(xc, wc, sizes, out, /*trans_b=*/true, gather, scatter);
+// The vjp of out[scatter[r]] = x[gather[r]] @ weight[e]^T given g = d out
+// (saved: x when weight needs a gradient, weight when x does, gather, scatter).
+Grads grouped_linear_backward(const Tensor& g, const VjpArgs& v, const std::vector<int64_t>& sizes, int64_t E,
+                              int64_t O, int64_t I, int64_t M, int64_t T) {
+  const Tensor& gather = v.saved[2];
+  const Tensor& scatter = v.saved[3];
+  Tensor gx, gw;
+  if (v.needs(0)) {  // row r: g[scatter[r]] [O] @ weight[e] [O, I], then summed into x's row gather[r]
+    if (!gather.defined()) {
+      gx = Tensor::empty({M, I}, g.dtype(), g.device());
+      backend::cpu::grouped_matmul(g, v.saved[1], sizes, gx, /*trans_b=*/false, scatter);
+    } else {
+      Tensor rows = Tensor::empty({M, I}, g.dtype(), g.device());
+      backend::cpu::grouped_matmul(g, v.saved[1], sizes, rows, /*trans_b=*/false, scatter);
+      gx = zeros({T, I}, {.dtype = g.dtype(), .device = g.device()});
+      backend::cpu::index_add(gx, 0, gather, rows);
+    }
+  }
+  if (v.needs(1)) {  // gw[e] = sum over run e of g[scatter[r]]^T x[gather[r]]
+    gw = Tensor::empty({E, O, I}, g.dtype(), g.device());
+    backend::cpu::grouped_matmul_weight_grad(g, v.saved[0], sizes, gw, scatter, gather);
+  }
+  return {gx, gw};
+}
+
+}  // namespace
+
+Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& sizes, const Tensor& gather_in,
+                      const Tensor& scatter_in) {
+  const GroupedArgs a = check_grouped(x, weight, sizes, gather_in, scatter_in);
+  Tensor out = Tensor::empty({a.M, a.O}, x.dtype(), x.device());
+  backend::cpu::grouped_matmul(a.x, a.weight, sizes, out, /*trans_b=*/true, a.gather, a.scatter);
 
   if (needs_grad(x, weight)) {
     record("grouped_linear", {x, weight}, {out},
-           {needs_grad(weight) ? xc : Tensor(), needs_grad(x) ? wc : Tensor(), gather, scatter},
-           [sizes, E, O, I, M, T](const VjpArgs& v) -> Grads {
+           {needs_grad(weight) ? a.x : Tensor(), needs_grad(x) ? a.weight : Tensor(), a.gather, a.scatter},
+           [sizes, E = a.E, O = a.O, I = a.I, M = a.M, T = a.T](const VjpArgs& v) -> Grads {
              KILN_CHECK(!GradMode::is_enabled(), "grouped_linear",
                         "double backward (create_graph) is not supported");
              const Tensor g = v.grad().is_contiguous() ? v.grad() : v.grad().contiguous();
-             const Tensor& gather = v.saved[2];
-             const Tensor& scatter = v.saved[3];
-             Tensor gx, gw;
-             if (v.needs(0)) {  // row r: g[scatter[r]] [O] @ weight[e] [O, I], then summed into x's row gather[r]
-               if (!gather.defined()) {
-                 gx = Tensor::empty({M, I}, g.dtype(), g.device());
-                 backend::cpu::grouped_matmul(g, v.saved[1], sizes, gx, /*trans_b=*/false, scatter);
-               } else {
-                 Tensor rows = Tensor::empty({M, I}, g.dtype(), g.device());
-                 backend::cpu::grouped_matmul(g, v.saved[1], sizes, rows, /*trans_b=*/false, scatter);
-                 gx = zeros({T, I}, {.dtype = g.dtype(), .device = g.device()});
-                 backend::cpu::index_add(gx, 0, gather, rows);
-               }
-             }
-             if (v.needs(1)) {  // gw[e] = sum over run e of g[scatter[r]]^T x[gather[r]]
-               gw = Tensor::empty({E, O, I}, g.dtype(), g.device());
-               backend::cpu::grouped_matmul_weight_grad(g, v.saved[0], sizes, gw, scatter, gather);
-             }
-             return {gx, gw};
+             return grouped_linear_backward(g, v, sizes, E, O, I, M, T);
+           });
+  }
+  return out;
+}
+
+Tensor grouped_linear_gelu(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& sizes,
+                           const Tensor& gather_in, const Tensor& scatter_in) {
+  const GroupedArgs a = check_grouped(x, weight, sizes, gather_in, scatter_in);
+  if (x.dtype() != kF32) return gelu(grouped_linear(x, weight, sizes, gather_in, scatter_in));
+  const bool grad = needs_grad(x, weight);
+  Tensor out = Tensor::empty({a.M, a.O}, x.dtype(), x.device());
+  Tensor dgelu = grad ? Tensor::empty({a.M, a.O}, x.dtype(), x.device()) : Tensor();
+  backend::cpu::grouped_matmul_gelu(a.x, a.weight, sizes, out, dgelu, a.gather, a.scatter);
+
+  if (grad) {
+    record("grouped_linear_gelu", {x, weight}, {out},
+           {needs_grad(weight) ? a.x : Tensor(), needs_grad(x) ? a.weight : Tensor(), a.gather, a.scatter, dgelu},
+           [sizes, E = a.E, O = a.O, I = a.I, M = a.M, T = a.T](const VjpArgs& v) -> Grads {
+             KILN_CHECK(!GradMode::is_enabled(), "grouped_linear_gelu",
+                        "double backward (create_graph) is not supported");
+             // d pre-activation = g * gelu'(pre): the product gelu's backward
+             // forms, with the derivative kept by the forward.
+             Tensor gp = Tensor::empty({M, O}, v.grad().dtype(), v.grad().device());
+             backend::cpu::binary(backend::cpu::BinaryOp::mul, gp, v.grad(), v.saved[4]);
+             return grouped_linear_backward(gp, v, sizes, E, O, I, M, T);
            });
   }
   return out;

@@ -114,8 +114,8 @@ TEST(GroupedGemmKernels, ResultsDoNotDependOnThreadCount) {
     const int before = get_num_threads();
     const std::vector<int64_t> sizes{300, 7, 0, 229};
     const Tensor x = rand_f({536, 96}, 1), w = rand_f({4, 80, 96}, 2), g = rand_f({536, 80}, 3);
-    std::vector<Tensor> results[2];
-    for (int threads : {1, 2}) {
+    std::vector<Tensor> results[3];
+    for (int threads : {1, 2, 3}) {
       set_num_threads(threads);
       Tensor y = Tensor::empty({536, 80}, kF32), dx = Tensor::empty({536, 96}, kF32),
              dw = Tensor::empty({4, 80, 96}, kF32);
@@ -125,7 +125,8 @@ TEST(GroupedGemmKernels, ResultsDoNotDependOnThreadCount) {
       results[threads - 1] = {y, dx, dw};
     }
     set_num_threads(before);
-    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(testing::equal(results[0][i], results[1][i])) << i;
+    for (size_t i = 0; i < 3; ++i)
+      for (int t : {1, 2}) EXPECT_TRUE(testing::equal(results[0][i], results[t][i])) << i << " threads " << t + 1;
   });
 }
 
@@ -170,6 +171,67 @@ TEST(MoECombine, MatchesMulSumAndGradchecks) {
                     "[moe_combine] y [9, 4] must be [N k = 10, D] for weights [5, 2]");
   EXPECT_KILN_ERROR(moe_combine(rand_f({10, 4}, 1), rand_f({10}, 2)), "[moe_combine] weights [10] must be 2-D");
   EXPECT_KILN_ERROR(moe_combine(rand_f({10, 4}, 1), rand_f({5, 2}, 2, kF64)), "must share one floating dtype");
+}
+
+// grouped_linear_gelu (the GELU in the grouped GEMM's epilogue, its
+// derivative kept for the backward) is bit for bit gelu(grouped_linear(...))
+// on f32, values and both gradients, on both kernel ISAs: tiles cut at every
+// edge, empty runs, the fused gather / scatter, pre-activations out to the
+// GELU's tails (|x| > 10, where Phi is 0 or 1 and the exponential clamps).
+// Other dtypes run the composition; f64 gradchecks through it.
+TEST(GroupedLinearGelu, BitwiseTheComposition) {
+  struct Case {
+    std::vector<int64_t> sizes;
+    int64_t K, N;
+    double scale;  // of the weights: the spread of the pre-activations
+  };
+  const std::vector<Case> cases{{{61, 50, 0, 70}, 128, 256, 0.1}, {{17, 1, 40, 9, 8}, 96, 31, 1.0},
+                                {{5, 0, 9, 2}, 7, 3, 4.0},          {{0, 200, 0}, 33, 47, 0.3}};
+  for_each_kernel_isa([&](KernelIsa) {
+    uint64_t seed = 40;
+    for (const Case& c : cases) {
+      SCOPED_TRACE("K " + std::to_string(c.K) + " N " + std::to_string(c.N));
+      const int64_t E = int64_t(c.sizes.size());
+      int64_t M = 0;
+      for (int64_t s : c.sizes) M += s;
+      const int64_t T = M / 2 + 3;
+      Generator gen(seed++);
+      const Tensor gather = randint(0, T, {M}, gen, {.dtype = kI64});
+      const Tensor scatter = randperm(M, gen);
+      const Tensor w0 = mul(rand_f({E, c.N, c.K}, seed++), c.scale);
+      const Tensor g = rand_f({M, c.N}, seed++);
+      for (int rows = 0; rows < 3; ++rows) {  // plain, gather, gather + scatter
+        SCOPED_TRACE("rows " + std::to_string(rows));
+        const Tensor x0 = rand_f({rows == 0 ? M : T, c.K}, seed++);
+        const Tensor gr = rows == 0 ? Tensor() : gather, sr = rows == 2 ? scatter : Tensor();
+        Tensor got_dx, got_dw, want_dx, want_dw, got, want;
+        for (bool fused : {true, false}) {
+          Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_();
+          Tensor y = fused ? grouped_linear_gelu(x, w, c.sizes, gr, sr) : gelu(grouped_linear(x, w, c.sizes, gr, sr));
+          backward({y}, {g});
+          (fused ? got : want) = y.detach();
+          (fused ? got_dx : want_dx) = x.grad();
+          (fused ? got_dw : want_dw) = w.grad();
+        }
+        EXPECT_TRUE(testing::equal(got, want));
+        EXPECT_TRUE(testing::equal(got_dx, want_dx));
+        EXPECT_TRUE(testing::equal(got_dw, want_dw));
+        {
+          NoGradGuard no_grad;  // inference: the GELU alone, no derivative
+          EXPECT_TRUE(testing::equal(grouped_linear_gelu(x0, w0, c.sizes, gr, sr), want));
+        }
+      }
+    }
+  });
+  const std::vector<int64_t> sizes{2, 0, 3};
+  const Tensor xb = rand_f({5, 4}, 1, kBF16), wb = rand_f({3, 2, 4}, 2, kBF16);
+  EXPECT_TRUE(testing::equal(grouped_linear_gelu(xb, wb, sizes, Tensor(), Tensor()),
+                             gelu(grouped_linear(xb, wb, sizes))));
+  EXPECT_GRADCHECK(
+      [&](const std::vector<Tensor>& in) { return grouped_linear_gelu(in[0], in[1], sizes, Tensor(), Tensor()); },
+      {leaf({5, 4}, 1), leaf({3, 2, 4}, 2)});
+  EXPECT_KILN_ERROR(grouped_linear_gelu(rand_f({6, 5}, 1), rand_f({2, 3, 4}, 2), {3, 3}, Tensor(), Tensor()),
+                    "[grouped_linear] input [6, 5] does not match weight [2, 3, 4] (in_features 4)");
 }
 
 TEST(GroupedLinear, BadInput) {

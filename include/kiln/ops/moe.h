@@ -40,4 +40,14 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<i
 Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_sizes,
                       const Tensor& gather, const Tensor& scatter);
 
+/// gelu(grouped_linear(x, weight, group_sizes, gather, scatter)) (the exact,
+/// erf GELU) as one kernel: the GELU is applied to each tile of the product
+/// in the grouped GEMM's epilogue, together with its derivative, which the
+/// backward multiplies in (one pass) instead of storing the pre-activation
+/// and evaluating the derivative again. On f32 the values and gradients are
+/// bit for bit those of the composition; other dtypes run the composition.
+/// The expert MLP's first product (nn::MoE with GELU experts).
+Tensor grouped_linear_gelu(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_sizes,
+                           const Tensor& gather, const Tensor& scatter);
+
 }  // namespace kiln

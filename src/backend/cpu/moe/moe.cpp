@@ -55,6 +55,26 @@ void grouped_matmul(const Tensor& a, const Tensor& b, const std::vector<int64_t>
                [](const Tensor& x, const Tensor& w, const Tensor& o) { matmul(x, w, o); });
 }
 
+void grouped_matmul_gelu(const Tensor& a, const Tensor& b, const std::vector<int64_t>& sizes, const Tensor& out,
+                         const Tensor& gelu_grad, const Tensor& a_rows, const Tensor& o_rows) {
+  KILN_CHECK(out.dtype() == kF32, "grouped_linear_gelu", "the fused kernel is f32 only, got {}", name(out.dtype()));
+  GroupedGemm g{.E = int64_t(sizes.size()),
+                .sizes = sizes.data(),
+                .a = static_cast<const float*>(a.data_ptr()),
+                .lda = a.size(1),
+                .a_rows = rows_ptr(a_rows),
+                .b = static_cast<const float*>(b.data_ptr()),
+                .trans_b = true,
+                .K = a.size(1),
+                .N = out.size(1),
+                .out = static_cast<float*>(out.data_ptr()),
+                .ldo = out.size(1),
+                .o_rows = rows_ptr(o_rows),
+                .gelu = true,
+                .gelu_grad = gelu_grad.defined() ? static_cast<float*>(gelu_grad.data_ptr()) : nullptr};
+  KILN_ISA_CALL(grouped_gemm_f32, g);
+}
+
 void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& sizes,
                                 const Tensor& dw, const Tensor& dy_rows, const Tensor& x_rows) {
   if (dw.dtype() == kF32) {
@@ -126,9 +146,10 @@ void moe_combine_backward(const Tensor& g, const Tensor& y, const Tensor& w, con
 #pragma omp simd
                 for (int64_t c = 0; c < D; ++c) d[c] = T(wj * A(gr[c]));
               }
-              if (dwp) {
+              if (dwp) {  // a dot product of D: vector partial sums (a fixed order, not a serial chain)
                 const T* yr = yp + row * D;
                 A s = 0;
+#pragma omp simd reduction(+ : s)
                 for (int64_t c = 0; c < D; ++c) s += A(gr[c]) * A(yr[c]);
                 dwp[row] = T(s);
               }

@@ -32,6 +32,15 @@ void moe_group(const Tensor& experts, int64_t num_experts, const Tensor& order, 
 void grouped_matmul(const Tensor& a, const Tensor& b, const std::vector<int64_t>& sizes, const Tensor& out,
                     bool trans_b, const Tensor& a_rows = {}, const Tensor& o_rows = {});
 
+/// grouped_matmul (trans_b) with the exact GELU applied to the product in
+/// the kernel's epilogue: out = gelu(product) and, when gelu_grad ([To, N],
+/// like out) is defined, gelu_grad = gelu'(product), bit for bit the
+/// elementwise gelu kernel and its backward's derivative on f32 (the
+/// expert MLP's first product, whose pre-activation is then never stored).
+/// f32 only (the op composes grouped_linear and gelu for the others).
+void grouped_matmul_gelu(const Tensor& a, const Tensor& b, const std::vector<int64_t>& sizes, const Tensor& out,
+                         const Tensor& gelu_grad, const Tensor& a_rows = {}, const Tensor& o_rows = {});
+
 /// dw[e] = dy[dy_row(r) for r in run e]^T @ x[x_row(r) for r in run e] for
 /// each expert: dy [Ty, N], x [Tx, K], dw [E, N, K] contiguous (written;
 /// zero for experts with empty runs); dy_rows / x_rows as a_rows above.
@@ -53,6 +62,11 @@ struct GroupedGemm {
   float* out = nullptr;  // [*, N], rows ldo apart
   int64_t ldo = 0;
   const int64_t* o_rows = nullptr;  // [M] or null
+  // Epilogue: gelu stores the exact GELU of the product (bitwise fn::Gelu),
+  // and gelu_grad (null: not computed; laid out as out, same rows) its
+  // derivative (bitwise math::gelu_grad_f32), from one Phi and exponential.
+  bool gelu = false;
+  float* gelu_grad = nullptr;
 };
 struct GroupedGemmWeightGrad {
   int64_t E = 0;

@@ -20,10 +20,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/parallel.h"
 #include "kiln/core/tensor.h"
+#include "src/backend/cpu/elementwise/elementwise_math.h"
 
 namespace kiln::backend::cpu::KILN_ISA_NS {
 
@@ -36,7 +38,8 @@ constexpr int kMR = 8;   // rows of the register tile
 constexpr int kVL = 8;
 constexpr int kMR = 6;
 #endif
-constexpr int kNR = 2 * kVL;     // columns of the register tile (two vectors)
+constexpr int kNV = 2;             // vectors per row of the register tile
+constexpr int kNR = kNV * kVL;     // its columns
 constexpr int64_t kRowBlock = 48;  // rows of A per task (a multiple of both kMRs)
 
 typedef float Vec __attribute__((vector_size(kVL * sizeof(float))));
@@ -45,35 +48,71 @@ typedef float VecU __attribute__((vector_size(kVL * sizeof(float)), aligned(4), 
 inline Vec load(const float* p) { return *reinterpret_cast<const VecU*>(p); }
 inline void store(float* p, Vec v) { *reinterpret_cast<VecU*>(p) = v; }
 
-// c[i, :] = sum_k a(k, i) * bp[k kNR + :] for i < kMR over kNR columns; rows
-// i < mr and columns < nr are stored to o[i][0, nr).
-template <class ALoad>
-inline void micro(int64_t K, ALoad&& a, const float* bp, float* const* o, int mr, int nr) {
-  Vec c0[kMR], c1[kMR];
-#pragma GCC unroll 16
-  for (int i = 0; i < kMR; ++i) c0[i] = c1[i] = Vec{};
-  for (int64_t k = 0; k < K; ++k) {
-    const Vec b0 = load(bp), b1 = load(bp + kVL);
-    bp += kNR;
-#pragma GCC unroll 16
-    for (int i = 0; i < kMR; ++i) {
-      const float s = a(k, i);
-      c0[i] += s * b0;
-      c1[i] += s * b1;
-    }
-  }
-  if (mr == kMR && nr == kNR) {
-#pragma GCC unroll 16
-    for (int i = 0; i < kMR; ++i) {
-      store(o[i], c0[i]);
-      store(o[i] + kVL, c1[i]);
-    }
+// dst[0, n) = src[0, n), then zeros up to w (w a multiple of kVL): inline
+// vector copies, not a libc call per short row.
+inline void copy_pad(float* dst, const float* src, int64_t n, int64_t w) {
+  int64_t c = 0;
+  for (; c + kVL <= n; c += kVL) store(dst + c, load(src + c));
+  for (; c < n; ++c) dst[c] = src[c];
+  for (; c < w; ++c) dst[c] = 0.0f;
+}
+
+// y[0, n) = gelu(y) in place (the exact GELU x Phi(x)) and, when d, d[0,
+// n) = gelu'(y) = Phi(y) + y phi(y) from the same Phi and exponential:
+// math::gelu_grad_f32's steps with its Phi kept for the GELU, so the values
+// are bit for bit fn::Gelu's x * normal_cdf_f32(x) and gelu_grad_f32(x).
+// Straight-line code over a row: GCC vectorizes it. Not inlined into the
+// tile loop, where GCC compiled it 2x slower.
+__attribute__((noinline)) void gelu_rows(float* y, float* d, int64_t n) {
+  if (!d) {
+    for (int64_t c = 0; c < n; ++c) y[c] = y[c] * math::normal_cdf_f32(y[c]);
     return;
   }
-  alignas(64) float tmp[kNR];
+  for (int64_t c = 0; c < n; ++c) {
+    const float v = y[c], v2 = v * v;
+    const float lo = std::fma(v, v, -v2);
+    const float h = 0.5f * v2;
+    const float e = exp_f32(-h);
+    const float ez2 = h > 100.0f ? exp_f32(-100.0f) : e;
+    const float tail = 0.5f * math::erfc_f32_exp(std::fabs(v) * 0.707106781186547524f, ez2, 0.5f * lo);
+    const float cdf = v < 0.0f ? tail : 1.0f - tail;
+    y[c] = v * cdf;
+    d[c] = cdf + v * (e * 0.39894228040143267794f);
+  }
+}
+
+// c[i, :] = sum_k a(k, i) * bp[k NR + :] for i < MR over NR = NV kVL columns;
+// rows i < mr and columns < nr are stored to o[i][0, nr).
+template <int MR, int NV, class ALoad>
+inline void micro(int64_t K, ALoad&& a, const float* bp, float* const* o, int mr, int nr) {
+  constexpr int NR = NV * kVL;
+  Vec c[MR][NV];
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) c[i][v] = Vec{};
+  for (int64_t k = 0; k < K; ++k) {
+    Vec b[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) b[v] = load(bp + v * kVL);
+    bp += NR;
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) {
+      const float s = a(k, i);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) c[i][v] += s * b[v];
+    }
+  }
+  if (mr == MR && nr == NR) {
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) store(o[i] + v * kVL, c[i][v]);
+    return;
+  }
+  alignas(64) float tmp[NR];
   for (int i = 0; i < mr; ++i) {
-    store(tmp, c0[i]);
-    store(tmp + kVL, c1[i]);
+    for (int v = 0; v < NV; ++v) store(tmp + v * kVL, c[i][v]);
     std::memcpy(o[i], tmp, size_t(nr) * sizeof(float));
   }
 }
@@ -108,7 +147,7 @@ void grouped_gemm_f32(const GroupedGemm& g) {
           for (int64_t k = 0; k < K; ++k) dst[k * kNR + c] = src[c * K + k];
       } else {  // b[e] [K, N]
         const float* src = g.b + e * K * N + n0;
-        for (int64_t k = 0; k < K; ++k) std::memcpy(dst + k * kNR, src + k * N, size_t(nn) * sizeof(float));
+        for (int64_t k = 0; k < K; ++k) copy_pad(dst + k * kNR, src + k * N, nn, kNR);
       }
     }
   });
@@ -138,7 +177,13 @@ void grouped_gemm_f32(const GroupedGemm& g) {
           const int nr = int(std::min<int64_t>(kNR, N - j * kNR));
           float* oj[kMR];
           for (int i = 0; i < kMR; ++i) oj[i] = op[i] + j * kNR;
-          micro(K, [&](int64_t k, int i) { return ap[i][k]; }, pe + j * K * kNR, oj, mr, nr);
+          micro<kMR, kNV>(K, [&](int64_t k, int i) { return ap[i][k]; }, pe + j * K * kNR, oj, mr, nr);
+        }
+      }
+      if (g.gelu) {  // the epilogue, on the task's rows while they are in cache
+        for (int64_t r = task.r0; r < task.r1; ++r) {
+          const int64_t o = g.o_rows ? g.o_rows[r] : r;
+          gelu_rows(g.out + o * g.ldo, g.gelu_grad ? g.gelu_grad + o * g.ldo : nullptr, N);
         }
       }
     }
@@ -186,17 +231,32 @@ void grouped_gemm_weight_grad_f32(const GroupedGemmWeightGrad& g) {
         for (int64_t p = 0; p < panels; ++p) {
           float* d = be + p * len * kNR + (r - s) * kNR;
           const int64_t k0 = p * kNR, kk = std::min<int64_t>(kNR, K - k0);
-          std::memcpy(d, xr + k0, size_t(kk) * sizeof(float));
-          for (int64_t c = kk; c < kNR; ++c) d[c] = 0.0f;
+          copy_pad(d, xr + k0, kk, kNR);
         }
       }
     }
   });
 
-  parallel_for(0, E * strips, 1, [&](int64_t lo, int64_t hi) {
+  // A task (e, strip) costs the run length of e, and parallel_for hands each
+  // thread one contiguous chunk: in expert-major order a thread got whole
+  // experts, so uneven routing loaded one thread more (up to the share of
+  // the largest experts). Here the strips are cut into one block per thread
+  // and the order is (block, expert, strip): each thread's chunk holds every
+  // expert's share of its strips, expert by expert (one expert's packed x at
+  // a time in cache). Each dw element is still summed by one task in row
+  // order, so results do not depend on the split.
+  const int64_t strip_blocks = std::max<int64_t>(1, std::min<int64_t>(strips, effective_num_threads()));
+  const int64_t per_block = (strips + strip_blocks - 1) / strip_blocks;
+  std::vector<std::pair<int64_t, int64_t>> order;  // (e, strip) in task order
+  order.reserve(size_t(E * strips));
+  for (int64_t b = 0; b < strip_blocks; ++b)
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t st = b * per_block; st < std::min(strips, (b + 1) * per_block); ++st) order.push_back({e, st});
+  parallel_for(0, int64_t(order.size()), 1, [&](int64_t lo, int64_t hi) {
     float* op[kMR];
     for (int64_t t = lo; t < hi; ++t) {
-      const int64_t e = t / strips, st = t % strips, len = g.sizes[e], s = start[size_t(e)];
+      const auto [e, st] = order[size_t(t)];
+      const int64_t len = g.sizes[e], s = start[size_t(e)];
       const int64_t n0 = st * kMR;
       const int mr = int(std::min<int64_t>(kMR, N - n0));
       float* dwe = g.dw + e * N * K;
@@ -210,7 +270,7 @@ void grouped_gemm_weight_grad_f32(const GroupedGemmWeightGrad& g) {
         const int nr = int(std::min<int64_t>(kNR, K - p * kNR));
         float* oj[kMR];
         for (int i = 0; i < kMR; ++i) oj[i] = op[i] + p * kNR;
-        micro(len, [&](int64_t k, int i) { return as[k * kMR + i]; }, bp + s * panels * kNR + p * len * kNR, oj, mr,
+        micro<kMR, kNV>(len, [&](int64_t k, int i) { return as[k * kMR + i]; }, bp + s * panels * kNR + p * len * kNR, oj, mr,
               nr);
       }
     }
