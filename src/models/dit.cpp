@@ -200,14 +200,10 @@ DiT::DiT(const DiTConfig& cfg, const nn::Init& init) : config(cfg), grid(0) {
       .balance = cfg.moe_balance};
   for (int64_t i = 0; i < cfg.depth; ++i)
     blocks->push_back(DiTBlock(D, cfg.num_heads, cfg.mlp_ratio, lin, cfg.moe_experts > 0 ? &moe : nullptr));
-  // Up to 64 tokens the standard attention path (matmul, softmax, matmul,
-  // keeping the [N, N] probabilities for the backward) beats the flash
-  // kernel, which pads the keys to 64 lanes and recomputes the probabilities
-  // in its backward: at the Fashion-MNIST DiT's 49 tokens forward + backward
-  // 7.4 against 8.8 ms per block ([64, 4, 49, 32], 1 thread; the whole
-  // step 3-4% faster), for 38 KB of saved probabilities per image and block.
-  if (grid * grid <= 64)
-    for (const auto& b : *blocks) static_cast<DiTBlock&>(*b).attn->policy = AttentionBackend::Standard;
+  // Attention keeps policy Auto: up to 64 tokens (the Fashion-MNIST DiT's 49)
+  // that is scaled_dot_product_attention's fused small-sequence kernel (NOTE
+  // [Small attention path] in src/ops/attention.cpp; docs/performance.md,
+  // "third pass: DiT"), beyond it the flash kernel.
   final_layer = register_module("final_layer", FinalLayer(D, p, cfg.in_channels, init));
 }
 
