@@ -35,6 +35,7 @@
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
 #include "kiln/ops/ssm.h"
+#include "kiln/ops/modulate.h"
 #include "kiln/autograd/engine.h"
 #include "kiln/autograd/functional.h"
 #include "kiln/autograd/gradcheck.h"

@@ -11,6 +11,7 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/index.h"
+#include "kiln/ops/modulate.h"
 #include "kiln/ops/random.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
@@ -63,9 +64,9 @@ Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid) {
   return tensor(out, {grid * grid, dim});
 }
 
-Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
-  return add(mul(x, add(unsqueeze(scale, 1), 1)), unsqueeze(shift, 1));
-}
+// One fused pass each way (kiln/ops/modulate.h) where the composed ops took
+// four or five (docs/performance.md, "third pass: DiT").
+Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) { return adaln_modulate(x, shift, scale); }
 
 // ---- PatchEmbed ----
 
@@ -122,8 +123,8 @@ Tensor DiTBlock::forward(const Tensor& x, const Tensor& c) const {
   // shift, scale, gate for attention, then for the MLP: six [B, D].
   std::vector<Tensor> m = chunk(adaLN_modulation->forward(c), 6, 1);
   auto attend = [&](const Tensor& h) { return attn->forward(h, h, h, {.need_weights = false}).output; };
-  Tensor h = add(x, mul(unsqueeze(m[2], 1), attend(modulate(norm1->forward(x), m[0], m[1]))));
-  return add(h, mul(unsqueeze(m[5], 1), mlp_forward(modulate(norm2->forward(h), m[3], m[4]))));
+  Tensor h = gated_residual(x, m[2], attend(modulate(norm1->forward(x), m[0], m[1])));
+  return gated_residual(h, m[5], mlp_forward(modulate(norm2->forward(h), m[3], m[4])));
 }
 
 // ---- FinalLayer ----
