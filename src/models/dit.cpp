@@ -123,8 +123,10 @@ Tensor DiTBlock::forward(const Tensor& x, const Tensor& c) const {
   // shift, scale, gate for attention, then for the MLP: six [B, D].
   std::vector<Tensor> m = chunk(adaLN_modulation->forward(c), 6, 1);
   auto attend = [&](const Tensor& h) { return attn->forward(h, h, h, {.need_weights = false}).output; };
-  Tensor h = gated_residual(x, m[2], attend(modulate(norm1->forward(x), m[0], m[1])));
-  return gated_residual(h, m[5], mlp_forward(modulate(norm2->forward(h), m[3], m[4])));
+  // norm then modulate as one fused op (the norms have no affine parameters):
+  // layer_norm_modulate(x, shift, scale, eps) = modulate(norm(x), shift, scale).
+  Tensor h = gated_residual(x, m[2], attend(layer_norm_modulate(x, m[0], m[1], norm1->eps)));
+  return gated_residual(h, m[5], mlp_forward(layer_norm_modulate(h, m[3], m[4], norm2->eps)));
 }
 
 // ---- FinalLayer ----
@@ -138,7 +140,7 @@ FinalLayer::FinalLayer(int64_t D, int64_t p, int64_t C, const nn::Init& init) {
 
 Tensor FinalLayer::forward(const Tensor& x, const Tensor& c) const {
   std::vector<Tensor> m = chunk(adaLN_modulation->forward(c), 2, 1);  // shift, scale
-  return linear->forward(modulate(norm_final->forward(x), m[0], m[1]));
+  return linear->forward(layer_norm_modulate(x, m[0], m[1], norm_final->eps));
 }
 
 // ---- DiT ----

@@ -4,10 +4,13 @@
 // Letter legend: B batch, T tokens, D features.
 #include "kiln/ops/modulate.h"
 
+#include <cmath>
+
 #include "kiln/ops/binary.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
+#include "kiln/ops/unary.h"
 #include "src/backend/backend.h"
 #include "src/backend/cpu/adaln/adaln.h"
 #include "src/ops/checks.h"
@@ -74,6 +77,42 @@ Tensor adaln_modulate(const Tensor& x_in, const Tensor& shift_in, const Tensor& 
       Tensor dshift = a.needs(1) ? Tensor::empty({B, D}, x.dtype(), x.device()) : Tensor();
       Tensor dscale = a.needs(2) ? Tensor::empty({B, D}, x.dtype(), x.device()) : Tensor();
       KILN_LAUNCH("adaln_modulate_backward", backend::cpu::adaln_modulate_backward(g, x, scale, dx, dshift, dscale));
+      return {dx, dshift, dscale};
+    });
+  return out;
+}
+
+Tensor layer_norm_modulate(const Tensor& x_in, const Tensor& shift_in, const Tensor& scale_in, double eps) {
+  const char* op = "layer_norm_modulate";
+  check(op, x_in, "x", shift_in, "shift", scale_in, "scale", false);
+  KILN_CHECK(eps >= 0 && std::isfinite(eps), op, "eps must be finite and >= 0, got {}", eps);
+  const Tensor x = contiguous_untracked(x_in), shift = unit_rows(shift_in), scale = unit_rows(scale_in);
+  const DType st = x.dtype() == kF64 ? kF64 : kF32;  // the statistics' dtype
+  Tensor out = empty_like(x);
+  Tensor mu = Tensor::empty({x.size(0), x.size(1)}, st, x.device()), rs = Tensor::empty({x.size(0), x.size(1)}, st, x.device());
+  KILN_LAUNCH(op, backend::cpu::layer_norm_modulate_forward(x, shift, scale, eps, out, mu, rs));
+  if (needs_grad(x_in, shift_in, scale_in))
+    record(op, {x_in, shift_in, scale_in}, {out}, {x, scale, mu, rs}, [eps](const VjpArgs& a) -> Grads {
+      const Tensor &x = a.saved[0], &scale = a.saved[1];
+      if (GradMode::is_enabled()) {  // create_graph: the LayerNorm and modulate gradients from differentiable ops
+        const Tensor& g = a.grad();
+        const Tensor xc = sub(x, mean(x, {-1}, /*keepdim=*/true));
+        const Tensor rstd = rsqrt(add(mean(mul(xc, xc), {-1}, /*keepdim=*/true), eps));
+        const Tensor xh = mul(xc, rstd);
+        Tensor dx;
+        if (a.needs(0)) {
+          const Tensor gy = mul(g, add(unsqueeze(scale, 1), 1.0));
+          dx = mul(rstd, sub(sub(gy, mean(gy, {-1}, true)), mul(xh, mean(mul(gy, xh), {-1}, true))));
+        }
+        return {dx, a.needs(1) ? sum_tokens(g) : Tensor(), a.needs(2) ? sum_tokens(mul(g, xh)) : Tensor()};
+      }
+      const Tensor g = contiguous_untracked(a.grad());
+      const int64_t B = x.size(0), D = x.size(2);
+      Tensor dx = a.needs(0) ? empty_like(x) : Tensor();
+      Tensor dshift = a.needs(1) ? Tensor::empty({B, D}, x.dtype(), x.device()) : Tensor();
+      Tensor dscale = a.needs(2) ? Tensor::empty({B, D}, x.dtype(), x.device()) : Tensor();
+      KILN_LAUNCH("layer_norm_modulate_backward", backend::cpu::layer_norm_modulate_backward(
+                                                      g, x, scale, a.saved[2], a.saved[3], dx, dshift, dscale));
       return {dx, dshift, dscale};
     });
   return out;

@@ -1,9 +1,12 @@
-// Tests of adaln_modulate and gated_residual (kiln/ops/modulate.h): the fused
+// Tests of adaln_modulate, layer_norm_modulate and gated_residual
+// (kiln/ops/modulate.h): the fused
 // kernels against the same math composed of kiln ops in f64 (values and all
 // gradients, the [B, D] operands as strided chunks of one [B, 6D] tensor as
 // the DiT passes them), gradchecks in f64 (first and second order), bf16, and
 // the error messages. Legend: B batch, T tokens, D features.
 #include "kiln/ops/modulate.h"
+
+#include "kiln/ops/norm.h"
 
 #include "tests/support/ops_testing.h"
 
@@ -32,6 +35,14 @@ Tensor composed_modulate(const Tensor& x, const Tensor& shift, const Tensor& sca
 }
 Tensor composed_gated(const Tensor& x, const Tensor& gate, const Tensor& y) {
   return add(x, mul(unsqueeze(gate, 1), y));
+}
+
+// DiT's norm then modulate, eps 1e-6.
+Tensor ln_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
+  return layer_norm_modulate(x, shift, scale, 1e-6);
+}
+Tensor composed_ln_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
+  return composed_modulate(layer_norm(x, {x.size(2)}, Tensor(), Tensor(), 1e-6), shift, scale);
 }
 
 using Op3 = Tensor (*)(const Tensor&, const Tensor&, const Tensor&);
@@ -70,6 +81,24 @@ TEST(GatedResidual, MatchesComposedOps) {
   expect_matches(gated_residual, composed_gated, true, kF64, 1e-13);
   expect_matches(gated_residual, composed_gated, true, kF32, 1e-5);
   expect_matches(gated_residual, composed_gated, true, kBF16, 5e-2);
+}
+
+TEST(LayerNormModulate, MatchesComposedOps) {
+  expect_matches(ln_modulate, composed_ln_modulate, false, kF64, 1e-12);
+  expect_matches(ln_modulate, composed_ln_modulate, false, kF32, 2e-5);
+  expect_matches(ln_modulate, composed_ln_modulate, false, kBF16, 5e-2);
+}
+
+TEST(LayerNormModulate, GradcheckAndErrors) {
+  EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return layer_norm_modulate(in[0], in[1], in[2], 1e-5); },
+                   {leaf({2, 3, 5}, 21), noncontiguous(leaf({2, 5}, 22)), leaf({2, 5}, 23)});
+  GradcheckResult r = gradcheck_second_order(
+      [](const std::vector<Tensor>& in) { return layer_norm_modulate(in[0], in[1], in[2], 1e-5); },
+      {leaf({2, 2, 4}, 24), leaf({2, 4}, 25), leaf({2, 4}, 26)});
+  EXPECT_TRUE(r.ok) << r.message;
+  Tensor x = random({2, 3, 4}, 1), s = random({2, 4}, 2);
+  EXPECT_KILN_ERROR(layer_norm_modulate(x, s, random({2, 3}, 3), 1e-6), "scale [2, 3] must be [B, D] = [2, 4]");
+  EXPECT_KILN_ERROR(layer_norm_modulate(x, s, s, -1.0), "eps must be finite and >= 0, got -1");
 }
 
 TEST(AdalnModulate, Gradcheck) {

@@ -15,6 +15,13 @@ namespace kiln {
 ///   Tensor h = adaln_modulate(layer_norm(x), shift, scale);
 Tensor adaln_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale);
 
+/// layer_norm(x) * (1 + scale) + shift: LayerNorm over D without affine
+/// (eps inside the square root, biased variance) followed by adaln_modulate,
+/// one pass each way; x [B, T, D], shift and scale [B, D]. The statistics are
+/// computed in f32 for bf16 (f64 for f64), as nn::LayerNorm does under bf16
+/// compute, and the output has x's dtype. Differentiable in all three.
+Tensor layer_norm_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, double eps);
+
 /// x + gate * y for x, y [B, T, D] and gate [B, D], broadcast over T
 /// (adaLN-Zero's gated residual); dtypes and gradients as adaln_modulate.
 Tensor gated_residual(const Tensor& x, const Tensor& gate, const Tensor& y);

@@ -18,6 +18,16 @@ void adaln_modulate_forward(const Tensor& x, const Tensor& shift, const Tensor& 
 /// output is skipped. dshift, dscale contiguous [B, D].
 void adaln_modulate_backward(const Tensor& g, const Tensor& x, const Tensor& scale, const Tensor& dx,
                              const Tensor& dshift, const Tensor& dscale);
+/// out = (x - mean) * rstd * (1 + scale) + shift per [D] row, rstd =
+/// 1 / sqrt(var + eps); writes the rows' mean and rstd (contiguous [B, T],
+/// f64 for f64 inputs, else f32) for the backward.
+void layer_norm_modulate_forward(const Tensor& x, const Tensor& shift, const Tensor& scale, double eps,
+                                 const Tensor& out, const Tensor& mean, const Tensor& rstd);
+/// With xh = (x - mean) rstd and gy = g (1 + scale): dx = rstd (gy - avg(gy)
+/// - xh avg(gy xh)) over each row, dshift = sum_T g, dscale = sum_T g xh; an
+/// undefined output is skipped.
+void layer_norm_modulate_backward(const Tensor& g, const Tensor& x, const Tensor& scale, const Tensor& mean,
+                                  const Tensor& rstd, const Tensor& dx, const Tensor& dshift, const Tensor& dscale);
 /// out = x + gate * y.
 void gated_residual_forward(const Tensor& x, const Tensor& gate, const Tensor& y, const Tensor& out);
 /// dy = g * gate, dgate = sum_T g * y (dx is g itself); an undefined output is skipped.
