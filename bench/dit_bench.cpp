@@ -24,12 +24,16 @@ double dit_step_flops(const kiln::models::DiTConfig& c, int64_t B) {
   return 2.0 * 3.0 * double(B) * per_image;
 }
 
-void dit_step_bench(const std::string& name, int64_t batch) {
+// bf16: the same step with bf16 compute and f32 master weights
+// (docs/mixed_precision.md, `kiln train flow --bf16`): the velocity comes back
+// in f32 and the loss is taken there.
+void dit_step_bench(const std::string& name, int64_t batch, bool bf16 = false) {
   using namespace kiln;
   MemoryProbe mem;
   Rngs rngs{{"params", 0}, {"flow", 1}, {"label_dropout", 2}};
   models::DiTConfig cfg{};  // the Fashion-MNIST DiT: D 128, 6 blocks, 4 heads, patch 4
   models::DiT dit(cfg, rngs);
+  if (bf16) dit.set_compute_dtype(kBF16);
   dit.train();
   optim::AdamW opt(dit.parameters(), {.lr = 1e-4, .weight_decay = 0.0});
   models::FlowPath path;
@@ -47,6 +51,8 @@ void dit_step_bench(const std::string& name, int64_t batch) {
 
 void dit_benches(std::vector<Bench>& out) {
   out.push_back({"dit_b64", [](const std::string& n) { dit_step_bench(n, 64); }});
+  // PyTorch's side runs it in f32 and under bf16 autocast (bench/run BF16_ROWS).
+  out.push_back({"dit_b64_bf16", [](const std::string& n) { dit_step_bench(n, 64, /*bf16=*/true); }});
 }
 
 }  // namespace bench

@@ -5,6 +5,7 @@ fixed 2-D sincos position embedding), D 128, 6 blocks, 4 heads, patch 4 on
 28x28x1 images, 10 classes + the null class, trained by one flow-matching
 step per call: t ~ U(0, 1) and noise drawn each step, x_t = (1 - t) x0 + t x1,
 MSE to x1 - x0, AdamW lr 1e-4 without weight decay, batch 64."""
+import contextlib
 import math
 
 import numpy as np
@@ -12,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_util import MemoryProbe, run_workload, update
+from torch_util import MemoryProbe, bf16_autocast, run_workload, update
 
 IMG, C, P, D, DEPTH, HEADS, K, FREQ = 28, 1, 4, 128, 6, 4, 10, 256
 N = (IMG // P) ** 2
@@ -104,7 +105,7 @@ def dit_step_flops(B):
     return 2.0 * 3.0 * B * per_image
 
 
-def _dit(batch):
+def _dit(batch, bf16=False):
     def run(name, reps):
         mem = MemoryProbe()
         torch.manual_seed(0)
@@ -114,13 +115,18 @@ def _dit(batch):
         x1 = torch.rand(batch, C, IMG, IMG, generator=g) * 2 - 1
         y = torch.randint(0, K, (batch,), generator=g)
 
+        # dit_b64_bf16: f32, or bf16 autocast under torch_bench.py --autocast bf16
+        # (forward and loss; the optimizer on the f32 weights).
+        autocast = bf16_autocast() if bf16 else contextlib.nullcontext()
+
         def step():
             drop = torch.rand(batch) < 0.1
             yd = torch.where(drop, torch.full_like(y, K), y)
             t = torch.rand(batch)
             x0 = torch.randn_like(x1)
             xt = (1 - t[:, None, None, None]) * x0 + t[:, None, None, None] * x1
-            loss = F.mse_loss(model(xt, t, yd), x1 - x0)
+            with autocast:
+                loss = F.mse_loss(model(xt, t, yd).float(), x1 - x0)
             update(loss, opt)
 
         run_workload(name, reps, step, mem, unit="images/s", items_per_step=batch,
@@ -129,4 +135,4 @@ def _dit(batch):
 
 
 def benches():
-    return [("dit_b64", _dit(64))]
+    return [("dit_b64", _dit(64)), ("dit_b64_bf16", _dit(64, bf16=True))]

@@ -11,6 +11,7 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/index.h"
+#include "kiln/ops/modulate.h"
 #include "kiln/ops/random.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
@@ -63,9 +64,9 @@ Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid) {
   return tensor(out, {grid * grid, dim});
 }
 
-Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
-  return add(mul(x, add(unsqueeze(scale, 1), 1)), unsqueeze(shift, 1));
-}
+// One fused pass each way (kiln/ops/modulate.h) where the composed ops took
+// four or five (docs/performance.md, "third pass: DiT").
+Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) { return adaln_modulate(x, shift, scale); }
 
 // ---- PatchEmbed ----
 
@@ -122,8 +123,10 @@ Tensor DiTBlock::forward(const Tensor& x, const Tensor& c) const {
   // shift, scale, gate for attention, then for the MLP: six [B, D].
   std::vector<Tensor> m = chunk(adaLN_modulation->forward(c), 6, 1);
   auto attend = [&](const Tensor& h) { return attn->forward(h, h, h, {.need_weights = false}).output; };
-  Tensor h = add(x, mul(unsqueeze(m[2], 1), attend(modulate(norm1->forward(x), m[0], m[1]))));
-  return add(h, mul(unsqueeze(m[5], 1), mlp_forward(modulate(norm2->forward(h), m[3], m[4]))));
+  // norm then modulate as one fused op (the norms have no affine parameters):
+  // layer_norm_modulate(x, shift, scale, eps) = modulate(norm(x), shift, scale).
+  Tensor h = gated_residual(x, m[2], attend(layer_norm_modulate(x, m[0], m[1], norm1->eps)));
+  return gated_residual(h, m[5], mlp_forward(layer_norm_modulate(h, m[3], m[4], norm2->eps)));
 }
 
 // ---- FinalLayer ----
@@ -137,7 +140,7 @@ FinalLayer::FinalLayer(int64_t D, int64_t p, int64_t C, const nn::Init& init) {
 
 Tensor FinalLayer::forward(const Tensor& x, const Tensor& c) const {
   std::vector<Tensor> m = chunk(adaLN_modulation->forward(c), 2, 1);  // shift, scale
-  return linear->forward(modulate(norm_final->forward(x), m[0], m[1]));
+  return linear->forward(layer_norm_modulate(x, m[0], m[1], norm_final->eps));
 }
 
 // ---- DiT ----
@@ -200,14 +203,10 @@ DiT::DiT(const DiTConfig& cfg, const nn::Init& init) : config(cfg), grid(0) {
       .balance = cfg.moe_balance};
   for (int64_t i = 0; i < cfg.depth; ++i)
     blocks->push_back(DiTBlock(D, cfg.num_heads, cfg.mlp_ratio, lin, cfg.moe_experts > 0 ? &moe : nullptr));
-  // Up to 64 tokens the standard attention path (matmul, softmax, matmul,
-  // keeping the [N, N] probabilities for the backward) beats the flash
-  // kernel, which pads the keys to 64 lanes and recomputes the probabilities
-  // in its backward: at the Fashion-MNIST DiT's 49 tokens forward + backward
-  // 7.4 against 8.8 ms per block ([64, 4, 49, 32], 1 thread; the whole
-  // step 3-4% faster), for 38 KB of saved probabilities per image and block.
-  if (grid * grid <= 64)
-    for (const auto& b : *blocks) static_cast<DiTBlock&>(*b).attn->policy = AttentionBackend::Standard;
+  // Attention keeps policy Auto: up to 64 tokens (the Fashion-MNIST DiT's 49)
+  // that is scaled_dot_product_attention's fused small-sequence kernel (NOTE
+  // [Small attention path] in src/ops/attention.cpp; docs/performance.md,
+  // "third pass: DiT"), beyond it the flash kernel.
   final_layer = register_module("final_layer", FinalLayer(D, p, cfg.in_channels, init));
 }
 

@@ -4,6 +4,7 @@
 // Letter legend: B batch, H heads, Tq queries, Tk keys, Dh q/k dim, Dv v dim.
 #include "kiln/ops/attention.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -14,6 +15,7 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "src/backend/backend.h"
+#include "src/backend/cpu/attention/small_attention.h"
 #include "src/backend/cpu/nn/attention.h"
 #include "src/ops/checks.h"
 
@@ -212,6 +214,62 @@ bool one_projection(const Tensor& q, const Tensor& k, const Tensor& v, const Pro
   return k.storage_offset() == q.storage_offset() + C && v.storage_offset() == k.storage_offset() + C;
 }
 
+// Gradient tensors for q, k, v in their inputs' layouts: token-major heads
+// flow back to the [B, T, H * Dh] projections as views. When all three are
+// needed and q, k, v are one projection's heads, they are views of one
+// [B, T, 3C] buffer laid out like it: split's vjp then joins them as a view
+// instead of a cat copy.
+std::array<Tensor, 3> grad_heads(const Tensor& q, const Tensor& k, const Tensor& v, const Problem& p, bool all) {
+  if (all && one_projection(q, k, v, p)) {
+    const int64_t C = p.H * p.Dh;
+    Tensor g = Tensor::empty({p.B, p.Tq, 3 * C}, q.dtype(), q.device());
+    return {Tensor::make_view(g.storage(), q.shape(), q.strides(), 0, q.dtype()),
+            Tensor::make_view(g.storage(), k.shape(), k.strides(), C, k.dtype()),
+            Tensor::make_view(g.storage(), v.shape(), v.strides(), 2 * C, v.dtype())};
+  }
+  return {empty_heads(q, p.B, p.H, p.Tq, p.Dh), empty_heads(k, p.B, p.H, p.Tk, p.Dh),
+          empty_heads(v, p.B, p.H, p.Tk, p.Dv)};
+}
+
+// NOTE [Small attention path]: up to kSmallAttentionMaxKeys queries and keys
+// with no mask of any kind and no weights asked for, Auto runs
+// one fused kernel per (batch, head) (src/backend/cpu/attention/): scores,
+// softmax and P V in L1, the probabilities [B, H, Tq, 64] saved for a fused
+// backward. It beats both the standard path (separate batched products and
+// softmax passes over [B, H, Tq, Tk] in memory) and the flash kernel (which
+// recomputes the probabilities in its backward) at these sizes: the DiT's
+// [64, 4, 49, 32] heads (docs/performance.md, "third pass: DiT"). bf16
+// operands are read and written in bf16 and computed in f32.
+bool small_applies(const Problem& p, const AttentionOptions& o) {
+  constexpr int64_t kMax = backend::cpu::kSmallAttentionMaxKeys;
+  return o.policy == AttentionBackend::Auto && !o.need_weights && !p.mask.defined() && !p.additive.defined() &&
+         !p.causal && p.B > 0 && p.H > 0 && p.Tq >= 1 && p.Tq <= kMax && p.Tk >= 1 && p.Tk <= kMax && p.Dh >= 1 &&
+         p.Dv >= 1;
+}
+
+AttentionResult small(const Tensor& q, const Tensor& k, const Tensor& v, const Problem& p) {
+  const backend::cpu::SmallAttentionShape s{.B = p.B, .H = p.H, .Tq = p.Tq, .Tk = p.Tk, .Dh = p.Dh, .Dv = p.Dv,
+                                            .scale = p.scale};
+  Tensor out = empty_heads(q, p.B, p.H, p.Tq, p.Dv);
+  // The compute dtype's probabilities: f64 for f64, else f32 (bf16 computes in f32).
+  Tensor probs = Tensor::empty({p.B, p.H, p.Tq, backend::cpu::kSmallAttentionMaxKeys},
+                               q.dtype() == kF64 ? kF64 : kF32, q.device());
+  KILN_LAUNCH("small_attention_forward",
+              backend::cpu::small_attention_forward(s, unit_rows(q), unit_rows(k), unit_rows(v), out, probs));
+  if (needs_grad(q, k, v)) {
+    record(kOp, {q, k, v}, {out}, {q, k, v, probs}, [s, p](const VjpArgs& a) -> Grads {
+      const Tensor &q = a.saved[0], &k = a.saved[1], &v = a.saved[2];
+      if (GradMode::is_enabled()) return composed_grads(q, k, v, a.grad(), p);  // create_graph, as flash
+      auto [dq, dk, dv] = grad_heads(q, k, v, p, a.needs(0) && a.needs(1) && a.needs(2));
+      KILN_LAUNCH("small_attention_backward",
+                  backend::cpu::small_attention_backward(s, unit_rows(q), unit_rows(k), unit_rows(v), a.saved[3],
+                                                         unit_rows(a.grad()), dq, dk, dv));
+      return {a.needs(0) ? dq : Tensor(), a.needs(1) ? dk : Tensor(), a.needs(2) ? dv : Tensor()};
+    });
+  }
+  return {out, Tensor()};
+}
+
 AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const Problem& p) {
   const backend::cpu::AttentionShape s = kernel_shape(p);
   Tensor out = empty_heads(q, p.B, p.H, p.Tq, p.Dv);
@@ -224,22 +282,7 @@ AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const P
       // create_graph: the fused backward is not differentiable; recompute the
       // standard path's gradient with kiln ops so it can be differentiated again.
       if (GradMode::is_enabled()) return composed_grads(q, k, v, a.grad(), p);
-      // Gradients in their inputs' layouts: token-major heads flow back to the
-      // [B, T, H * Dh] projections as views.
-      Tensor dq, dk, dv;
-      if (a.needs(0) && a.needs(1) && a.needs(2) && one_projection(q, k, v, p)) {
-        // One [B, T, 3C] buffer laid out like the projection: split's vjp
-        // joins the three gradients as a view of it instead of a cat copy.
-        const int64_t C = p.H * p.Dh;
-        Tensor g = Tensor::empty({p.B, p.Tq, 3 * C}, q.dtype(), q.device());
-        dq = Tensor::make_view(g.storage(), q.shape(), q.strides(), 0, q.dtype());
-        dk = Tensor::make_view(g.storage(), k.shape(), k.strides(), C, k.dtype());
-        dv = Tensor::make_view(g.storage(), v.shape(), v.strides(), 2 * C, v.dtype());
-      } else {
-        dq = empty_heads(q, p.B, p.H, p.Tq, p.Dh);
-        dk = empty_heads(k, p.B, p.H, p.Tk, p.Dh);
-        dv = empty_heads(v, p.B, p.H, p.Tk, p.Dv);
-      }
+      auto [dq, dk, dv] = grad_heads(q, k, v, p, a.needs(0) && a.needs(1) && a.needs(2));
       const Tensor out = a.saved[3], g = a.grad(), lse = a.saved[4];
       KILN_LAUNCH("flash_attention_backward", backend::cpu::flash_attention_backward(s, unit_rows(q), unit_rows(k),
                                                                                      unit_rows(v), out, g, lse, dq, dk, dv));
@@ -254,6 +297,7 @@ AttentionResult flash(const Tensor& q, const Tensor& k, const Tensor& v, const P
 AttentionResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const AttentionOptions& options) {
   const Problem p = check(q, k, v, options);
+  if (small_applies(p, options)) return small(q, k, v, p);
   if (q.dtype() == kBF16) {  // compute in f32; `to` carries the gradients back to bf16
     AttentionOptions o32 = options;
     if (o32.additive_mask.defined()) o32.additive_mask = to(o32.additive_mask, kF32);

@@ -265,7 +265,7 @@ TEST(AttentionPaths, FullyMaskedRowsAreZeroWithZeroGradients) {
 TEST(AttentionPaths, PolicyAndWeights) {
   Tensor q = random({1, 2, 3, 4}, 1), k = random({1, 2, 5, 4}, 2), v = random({1, 2, 5, 4}, 3);
   AttentionResult a = scaled_dot_product_attention(q, k, v);
-  EXPECT_FALSE(a.weights.defined());  // Auto without weights: flash
+  EXPECT_FALSE(a.weights.defined());  // Auto without weights: flash (the small-sequence kernel at these sizes)
   AttentionResult b = scaled_dot_product_attention(q, k, v, {.need_weights = true});
   ASSERT_TRUE(b.weights.defined());  // Auto with weights: standard
   EXPECT_EQ(b.weights.shape(), (Shape{1, 2, 3, 5}));

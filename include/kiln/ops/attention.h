@@ -12,7 +12,8 @@ namespace kiln {
 
 /// Which implementation scaled_dot_product_attention runs.
 enum class AttentionBackend {
-  Auto,      // Flash unless need_weights or additive_mask (then Standard)
+  Auto,      // Flash unless need_weights or additive_mask (then Standard); at most 64 queries and keys
+             // with no mask and no weights: a fused small-sequence kernel (probabilities kept for backward)
   Standard,  // matmul, masked_fill, softmax, matmul: materialises [B, H, Tq, Tk]
   Flash,     // fused tiled kernel: never materialises [Tq, Tk]; cannot return weights
 };
