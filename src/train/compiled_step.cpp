@@ -407,7 +407,7 @@ PassReport plan_memory(replay::Recorder& rec, int64_t& held_bytes) {
 }
 
 // The passes, in the order, over a finished recording.
-CaptureEvidence run_passes(replay::Recorder& rec, const std::vector<replay::FusionNote>& notes) {
+CaptureEvidence run_passes(replay::Recorder& rec, const std::vector<replay::FusionNote>& notes, bool fusion) {
   CaptureEvidence ev;
   const auto& launches = rec.launches();
   for (const replay::Launch& l : launches) (l.host_effect ? ev.host_effects : ev.launches)++;
@@ -439,7 +439,8 @@ CaptureEvidence run_passes(replay::Recorder& rec, const std::vector<replay::Fusi
   for (size_t k = 0; k < notes.size(); ++k)
     if (notes[k].launch < note_of.size()) note_of[notes[k].launch] = int(k);
   ev.passes.push_back(remove_dead_launches(rec, note_of));
-  ev.passes.push_back(fuse_linear_activations(rec, notes, note_of));
+  if (fusion) ev.passes.push_back(fuse_linear_activations(rec, notes, note_of));
+  else ev.passes.push_back({"Fusion", PassStatus::NotRun, "turned off (CompileOptions::fusion)"});
   int64_t held_bytes = 0;
   ev.passes.push_back(plan_memory(rec, held_bytes));
   ev.passes.push_back({"KernelSelection", PassStatus::Inherited,
@@ -529,7 +530,7 @@ struct CompiledStep::Impl {
     // goes, so that the passes see which buffers only the recording holds.
     for (Tensor& t : outs)
       if (t.defined()) t = t.detach();
-    evidence = run_passes(*rec, notes);
+    evidence = run_passes(*rec, notes, opts.fusion);
     notes.clear();
     if (evidence.replayable) kiln::empty_cache();  // the recording's own buffers, now replaced by the arena
     if (opts.print_evidence) std::fputs(evidence.str().c_str(), stderr);

@@ -217,5 +217,16 @@ TEST(CompiledPasses, FusionFoldsLinearActivationPairsAndStaysBitwise) {
   EXPECT_NE(f->detail.find("Rejected: oneDNN eltwise post-ops"), std::string::npos) << f->detail;
 }
 
+TEST(CompiledPasses, FusionOffRunsEveryLaunchAsRecorded) {
+  ActNet eager, compiled;
+  CompiledStep step([&](const std::vector<Tensor>& in) { return act_step(compiled, in); },
+                    {.modules = {&compiled.net}, .fusion = false});
+  for (int64_t i = 0; i < 5; ++i)
+    ASSERT_EQ(bits(act_step(eager, batch(i, 64))[0].item<float>()), bits(step(batch(i, 64))[0].item<float>()));
+  const PassReport* f = step.evidence().find("Fusion");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->status, PassStatus::NotRun) << f->detail;
+}
+
 }  // namespace
 }  // namespace kiln::train
