@@ -612,7 +612,9 @@ Tensor update_guarded(const Tensor& loss, optim::Optimizer& opt) {
   Tensor applied = Tensor::empty({}, kBool);
   loss.backward();
   optim::Optimizer* o = &opt;
-  auto apply = [loss, o, applied] {
+  // The closure holds the loss's value only: the loss itself would keep the
+  // step's autograd graph (and what its nodes hold) alive for the recording's life.
+  auto apply = [loss = loss.detach(), o, applied] {
     const bool ok = std::isfinite(loss.item<double>()) && grads_finite(*o);
     if (ok) o->step();
     applied.data<bool>()[0] = ok;
