@@ -217,6 +217,40 @@ TEST(CompiledPasses, FusionFoldsLinearActivationPairsAndStaysBitwise) {
   EXPECT_NE(f->detail.find("Rejected: oneDNN eltwise post-ops"), std::string::npos) << f->detail;
 }
 
+// A pre-activation read again after its activation (here by a residual
+// term) keeps its buffer: that pair is not fused, the replay stays eager's.
+struct Residual {
+  Residual() : rngs{{"params", 2}}, l1(8, 16, rngs), l2(16, 4, rngs), opt(params(), {.lr = 1e-2}) {}
+  nn::ParameterList params() {
+    std::vector<nn::Parameter> p = l1.parameters().params();
+    for (const nn::Parameter& q : l2.parameters()) p.push_back(q);
+    return p;
+  }
+  std::vector<Tensor> step(const std::vector<Tensor>& in) {
+    Tensor h = l1.forward(in[0]);
+    Tensor loss = cross_entropy(l2.forward(relu(h) + 0.5 * h), in[1]);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    return {loss};
+  }
+  Rngs rngs;
+  nn::Linear l1, l2;
+  optim::Adam opt;
+};
+
+TEST(CompiledPasses, FusionKeepsAPreActivationReadAgain) {
+  Residual eager, compiled;
+  CompiledStep step([&](const std::vector<Tensor>& in) { return compiled.step(in); });
+  for (int64_t i = 0; i < 20; ++i)
+    ASSERT_EQ(bits(eager.step(batch(i))[0].item<float>()), bits(step(batch(i))[0].item<float>())) << i;
+  const PassReport* f = step.evidence().find("Fusion");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->status, PassStatus::Analyzed) << f->detail;
+  auto pe = eager.params(), pc = compiled.params();
+  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+}
+
 TEST(CompiledPasses, FusionOffRunsEveryLaunchAsRecorded) {
   ActNet eager, compiled;
   CompiledStep step([&](const std::vector<Tensor>& in) { return act_step(compiled, in); },
