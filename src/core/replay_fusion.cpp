@@ -44,19 +44,17 @@ void note_linear(const Tensor& a, const Tensor& b, const Tensor& out, const Tens
   table().notes.push_back(std::move(n));
 }
 
-void note_unary(int op, const Tensor& out, const Tensor& x, double p0, double p1) {
+void note_elementwise(const Tensor& out, const Tensor& x, std::function<void(const Tensor&, const Tensor&)> run) {
   const Recorder* rec = active();
   if (!rec || rec->launches().empty()) return;
   Table& t = table();
   if (t.rec != rec) t = {rec, {}};
   FusionNote n;
-  n.kind = FusionNote::Kind::Unary;
+  n.kind = FusionNote::Kind::Elementwise;
   n.launch = rec->launches().size() - 1;
   n.a = x.impl_ptr();
   n.out = out.impl_ptr();
-  n.op = op;
-  n.p0 = p0;
-  n.p1 = p1;
+  n.run = std::move(run);
   t.notes.push_back(std::move(n));
 }
 

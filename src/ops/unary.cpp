@@ -26,7 +26,8 @@ Tensor unary_forward(const char* op, UnaryOp k, const Tensor& x, DType t, OpPara
   Tensor out = Tensor::empty(x.shape(), t, x.device());
   if (x.dtype() == t) {
     KILN_LAUNCH(op, backend::cpu::unary(k, out, x, p));
-    if (replay::active()) replay::note_unary(int(k), out, x, p.p0, p.p1);  // the Fusion pass's (docs/compile.md)
+    if (replay::active())  // the Fusion pass's (docs/compile.md)
+      replay::note_elementwise(out, x, [k, p](const Tensor& o, const Tensor& i) { backend::cpu::unary(k, o, i, p); });
   } else {
     KILN_LAUNCH(op, backend::cpu::unary(k, out, backend::cpu::convert(x, t), p));
   }

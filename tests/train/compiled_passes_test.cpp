@@ -251,6 +251,59 @@ TEST(CompiledPasses, FusionKeepsAPreActivationReadAgain) {
   for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
 }
 
+// Elementwise chains: a no-grad target (linear -> neg -> exp -> * 0.5 ->
+// + 1, as an RL target network's) runs as one launch, the linear fused with
+// it; on the gradient path relu's output is saved (not an intermediate),
+// but the scalar links after it chain, and so do their gradients' in the
+// backward. 50 Adam steps bitwise, the target included.
+struct ChainNet {
+  ChainNet() : rngs{{"params", 3}}, l1(8, 16, rngs), l2(16, 4, rngs), target(8, 4, rngs), opt(params(), {.lr = 1e-2}) {}
+  nn::ParameterList params() {
+    std::vector<nn::Parameter> p = l1.parameters().params();
+    for (const nn::Parameter& q : l2.parameters()) p.push_back(q);
+    return p;
+  }
+  std::vector<Tensor> step(const std::vector<Tensor>& in) {
+    Tensor y;
+    {
+      NoGradGuard no_grad;
+      y = exp(neg(target.forward(in[0]))) * 0.5 + 1.0;
+    }
+    Tensor h = (relu(l1.forward(in[0])) * 2.0 - 1.0) / 3.0;
+    Tensor loss = mse_loss(l2.forward(h), y);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    return {loss, y};
+  }
+  Rngs rngs;
+  nn::Linear l1, l2, target;
+  optim::Adam opt;
+};
+
+TEST(CompiledPasses, ElementwiseChainsRunAsOneLaunchAndStayBitwise) {
+  ChainNet eager, compiled;
+  CompiledStep step([&](const std::vector<Tensor>& in) { return compiled.step(in); });
+  for (int64_t i = 0; i < 50; ++i) {
+    std::vector<Tensor> e = eager.step(batch(i)), c = step(batch(i));
+    ASSERT_EQ(bits(e[0].item<float>()), bits(c[0].item<float>())) << i;
+    expect_bitwise(e[1], c[1], "target");
+  }
+  EXPECT_EQ(step.replays(), 50 - step.recordings());
+  auto pe = eager.params(), pc = compiled.params();
+  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+  const PassReport* f = step.evidence().find("Fusion");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->status, PassStatus::Applied) << f->detail;
+  // neg, exp, * 0.5, + 1 (4 launches), * 2, - 1, / 3 (3) and, in the
+  // backward, the gradient's / 3 then * 2 (2): three chains. The target's
+  // linear then fuses with its chain, l1 with its relu.
+  EXPECT_EQ(f->detail.rfind("3 elementwise chains (9 launches)", 0), 0u) << f->detail;
+  EXPECT_NE(f->detail.find("2 linear + activation pairs fused into one launch each (elementwise chain x1, relu x1)"),
+            std::string::npos)
+      << f->detail;
+}
+
 TEST(CompiledPasses, FusionOffRunsEveryLaunchAsRecorded) {
   ActNet eager, compiled;
   CompiledStep step([&](const std::vector<Tensor>& in) { return act_step(compiled, in); },

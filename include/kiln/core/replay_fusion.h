@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -22,20 +23,21 @@ namespace replay {
 class Recorder;
 
 struct FusionNote {
-  enum class Kind { Linear, Unary };
+  enum class Kind { Linear, Elementwise };
   Kind kind = Kind::Linear;
   size_t launch = 0;  // index in the recorder's launches() when recorded
   // Linear: out [M, N] = a [M, K] @ b [K, N] + bias ([N] or none), f32.
-  // Unary: out = op(a) elementwise, same shape and dtype; op and the two
-  // parameters as backend::cpu::unary takes them (UnaryOp, OpParams p0/p1).
+  // Elementwise: out = f(a), same shape and dtype, element by element;
+  // run(out, in) runs the same kernel on other buffers of that shape (in may
+  // be out: the kernel runs in place).
   std::weak_ptr<TensorImpl> a, b, out, bias;
-  int op = 0;
-  double p0 = 0, p1 = 0;
+  std::function<void(const Tensor& out, const Tensor& in)> run;
 };
 
 /// Notes the launch just recorded (the last of the active recorder's).
 void note_linear(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias);
-void note_unary(int op, const Tensor& out, const Tensor& x, double p0, double p1);
+/// `run` must hold no tensor (only the op's kind and scalars).
+void note_elementwise(const Tensor& out, const Tensor& x, std::function<void(const Tensor&, const Tensor&)> run);
 /// The notes made while `rec` was recording, removed from the thread's table
 /// (nullptr: drops them all, before a recording starts).
 std::vector<FusionNote> take_fusion_notes(const Recorder* rec);
