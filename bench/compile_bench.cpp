@@ -6,6 +6,14 @@
 // Compare with the eager rows of the same run (kiln against kiln): speed and
 // peak_mem.
 #include "bench/bench.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
 #include "kiln/kiln.h"
 
 namespace bench {
@@ -34,6 +42,9 @@ void run_compiled(const std::string& name, const Workload& w, const MemoryProbe&
   reset_peak_memory_stats();
   body(inputs);
   const double eager_tensor_mb = double(memory_stats().peak_bytes) / (1024.0 * 1024.0);
+  // KILN_COMPILE_FUSION=0: the Fusion pass off, to measure what it brings (A B A B).
+  if (const char* f = std::getenv("KILN_COMPILE_FUSION"); f && std::string(f) == "0") options.fusion = false;
+  if (const char* p = std::getenv("KILN_COMPILE_EVIDENCE"); p && std::string(p) == "1") options.print_evidence = true;
   train::CompiledStep step(body, std::move(options));
   step(inputs);
   KILN_CHECK(step.evidence().replayable, "bench", "{}: the step was not compiled:\n{}", name,
@@ -50,6 +61,35 @@ void run_compiled(const std::string& name, const Workload& w, const MemoryProbe&
   emit(name, "peak_mem_recording", "MB", recording_mb);
   emit(name, "tensor_mem", "MB", double(memory_stats().peak_bytes) / (1024.0 * 1024.0));
   emit(name, "tensor_mem_eager", "MB", eager_tensor_mb);
+  // Process CPU time per step, the eager body and the replay alternately
+  // (A B A B, five rounds of ~0.2 s of CPU each), medians: steadier than wall time
+  // on a shared machine (run at KILN_NUM_THREADS=1 to compare).
+  auto cpu_now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+  };
+  double c0 = cpu_now();
+  for (int i = 0; i < 3; ++i) step(inputs);
+  const double cpu_step = (cpu_now() - c0) / 3;
+  const int64_t n = std::max<int64_t>(3, int64_t(0.2 / std::max(cpu_step, 1e-7)));
+  std::vector<double> eager_us, compiled_us;
+  for (int round = 0; round < 5; ++round) {
+    double t0 = cpu_now();
+    for (int64_t i = 0; i < n; ++i) body(inputs);
+    double t1 = cpu_now();
+    for (int64_t i = 0; i < n; ++i) step(inputs);
+    double t2 = cpu_now();
+    eager_us.push_back((t1 - t0) / double(n) * 1e6);
+    compiled_us.push_back((t2 - t1) / double(n) * 1e6);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  emit(name, "cpu_us_eager", "us/step", median(eager_us));
+  emit(name, "cpu_us_compiled", "us/step", median(compiled_us));
+  emit(name, "cpu_speedup", "x", median(eager_us) / median(compiled_us));
 }
 
 void mlp_compiled(const std::string& name, int64_t batch) {

@@ -220,6 +220,7 @@ int run(int argc, char** argv) {
     add_integer(sub, "--eval-every", op->eval_every, "environment steps between evaluations and checkpoints", 1,
                 kMaxCount, false);
     add_integer(sub, "--eval-episodes", op->eval_episodes, "episodes per deterministic evaluation", 1, 1e6);
+    sub->add_flag("--compile", op->compile, "record the gradient steps once and replay them (same results; docs/compile.md)");
   }
 
   // kiln control RUN_DIR COMMAND...: live control of a running job (docs/live_control.md).

@@ -22,6 +22,7 @@
 #include "kiln/rl/evaluate.h"
 #include "kiln/rl/make_env.h"
 #include "kiln/rl/sac.h"
+#include "kiln/train/compiled_step.h"
 #include "kiln/train/signal_guard.h"
 
 namespace kiln::app {
@@ -95,7 +96,8 @@ OffPolicyJobResult run_offpolicy(const OffPolicyJobOptions& o) {
     dqn = std::make_unique<rl::DQN>(
         *env, rl::DQNOptions{.total_timesteps = total,
                              .buffer_size = std::min(rl::DQNOptions{}.buffer_size, total),
-                             .seed = o.seed});
+                             .seed = o.seed,
+                             .compile = o.compile});  // not a hyper-parameter: the same results, a run resumes either way
     dqn->checkpoint(ckpt);
     policy = dqn->greedy_policy();
     learn = [&](const std::function<bool(const Window&)>& f) {
@@ -108,7 +110,8 @@ OffPolicyJobResult run_offpolicy(const OffPolicyJobOptions& o) {
     sac = std::make_unique<rl::SAC>(
         *env, rl::SACOptions{.total_timesteps = total,
                              .buffer_size = std::min(rl::SACOptions{}.buffer_size, total),
-                             .seed = o.seed});
+                             .seed = o.seed,
+                             .compile = o.compile});
     sac->checkpoint(ckpt);
     policy = sac->deterministic_policy();
     learn = [&](const std::function<bool(const Window&)>& f) {
@@ -204,6 +207,17 @@ OffPolicyJobResult run_offpolicy(const OffPolicyJobOptions& o) {
              r.eval_return, r.eval_std,
              r.solved_step >= 0 ? fmt::format("first reached {} at step {}", rc.target, r.solved_step)
                                 : fmt::format("never reached {}", rc.target));
+  // --compile: how each compiled step ran, and its evidence (a rejected one names the op and stage).
+  auto print_compiled = [&](const char* what, const train::CompiledStep* c) {
+    if (!c || c->recordings() == 0) return;
+    fmt::print(log, "compiled {}: {} recording{}, {} replays, {} eager steps\n{}", what, c->recordings(),
+               c->recordings() == 1 ? "" : "s", c->replays(), c->eager_calls(), c->evidence().str());
+  };
+  if (dqn) print_compiled("step", dqn->compiled_step());
+  if (sac) {
+    print_compiled("critic step", sac->compiled_critic_step());
+    print_compiled("actor step", sac->compiled_actor_step());
+  }
   fmt::print(log, "wrote {} and {}\n", r.csv, r.checkpoint);
   return r;
 }

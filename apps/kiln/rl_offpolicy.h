@@ -29,6 +29,7 @@ struct OffPolicyJobOptions {
   int64_t eval_every = 0;        // environment steps between evaluations (0: 10k for DQN, 2k for SAC)
   int64_t eval_episodes = 10;    // deterministic episodes per evaluation
   int64_t max_steps = 0;         // stop at the first evaluation after this many steps in this process (0: run to the end)
+  bool compile = false;          // gradient steps recorded once and replayed (docs/compile.md); same results
   std::ostream* log = nullptr;   // where output goes; nullptr: std::cout
 };
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "kiln/core/replay_fusion.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/promotion.h"
 #include "kiln/ops/record.h"
@@ -43,8 +44,15 @@ Tensor scalar_forward(const char* op, BinaryOp k, const Tensor& a, Scalar s, DTy
                       bool reversed = false) {
   check_defined(op, a, "a");
   Tensor out = Tensor::empty(a.shape(), ot, a.device());
-  if (a.dtype() == ct) KILN_LAUNCH(op, backend::cpu::binary_scalar(k, out, a, s, reversed));
-  else KILN_LAUNCH(op, backend::cpu::binary_scalar(k, out, backend::cpu::convert(a, ct), s, reversed));
+  if (a.dtype() == ct) {
+    KILN_LAUNCH(op, backend::cpu::binary_scalar(k, out, a, s, reversed));
+    if (replay::active() && ot == ct)  // the Fusion pass's (docs/compile.md)
+      replay::note_elementwise(out, a, [k, s, reversed](const Tensor& o, const Tensor& i) {
+        backend::cpu::binary_scalar(k, o, i, s, reversed);
+      });
+  } else {
+    KILN_LAUNCH(op, backend::cpu::binary_scalar(k, out, backend::cpu::convert(a, ct), s, reversed));
+  }
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
+#include "kiln/core/replay_fusion.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
@@ -159,6 +160,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor wt = raw_transpose(weight);
   KILN_LAUNCH("linear", backend::cpu::MatmulEpilogue e = ep; if (bias.defined()) e.bias = &bias;
               backend::cpu::matmul(x2, wt, o2, e));
+  if (replay::active()) replay::note_linear(x2, wt, o2, bias);  // the Fusion pass's (docs/compile.md)
 
   if (needs_grad(x, weight, bias)) {
     // g [..., O]: grad_x = g @ W; grad_W = g^T x over all leading dims

@@ -7,6 +7,7 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/promotion.h"
+#include "kiln/core/replay_fusion.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/shape.h"
 #include "src/backend/cpu/elementwise/elementwise.h"
@@ -23,8 +24,13 @@ namespace {
 Tensor unary_forward(const char* op, UnaryOp k, const Tensor& x, DType t, OpParams p = {}) {
   check_defined(op, x, "x");
   Tensor out = Tensor::empty(x.shape(), t, x.device());
-  if (x.dtype() == t) KILN_LAUNCH(op, backend::cpu::unary(k, out, x, p));
-  else KILN_LAUNCH(op, backend::cpu::unary(k, out, backend::cpu::convert(x, t), p));
+  if (x.dtype() == t) {
+    KILN_LAUNCH(op, backend::cpu::unary(k, out, x, p));
+    if (replay::active())  // the Fusion pass's (docs/compile.md)
+      replay::note_elementwise(out, x, [k, p](const Tensor& o, const Tensor& i) { backend::cpu::unary(k, o, i, p); });
+  } else {
+    KILN_LAUNCH(op, backend::cpu::unary(k, out, backend::cpu::convert(x, t), p));
+  }
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
@@ -16,6 +17,7 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "kiln/optim/clip.h"
+#include "kiln/train/compiled_step.h"
 #include "src/rl/offpolicy_util.h"
 
 namespace kiln::rl {
@@ -187,7 +189,7 @@ void DQN::step() {
   }
 }
 
-DQNUpdate DQN::update(const ReplayBatch& batch) {
+std::pair<Tensor, Tensor> DQN::gradient_step(const ReplayBatch& batch) {
   Tensor next_q, next_online_q;
   {
     NoGradGuard no_grad;
@@ -199,9 +201,33 @@ DQNUpdate DQN::update(const ReplayBatch& batch) {
   loss.backward();
   if (options_.max_grad_norm > 0) optim::clip_grad_norm_(optimizer_->params(), options_.max_grad_norm);
   optimizer_->step();
-  ++updates_;
   NoGradGuard no_grad;
-  return {loss.item<double>(), mean(q_taken).item<double>()};
+  return {loss, mean(q_taken)};
+}
+
+DQNUpdate DQN::update(const ReplayBatch& batch) {
+  Tensor loss, q_value;
+  if (options_.compile) {
+    // The gradient step recorded once and replayed (docs/compile.md): the
+    // target network's parameters are read live (update_target writes them
+    // in place), Adam's lr and step count too; the figures are read after
+    // the replay. A new batch shape records again.
+    if (!compiled_)
+      compiled_ = std::make_unique<train::CompiledStep>(
+          [this](const std::vector<Tensor>& in) {
+            auto [l, q] = gradient_step({.obs = in[0], .action = in[1], .reward = in[2], .next_obs = in[3],
+                                         .terminated = in[4]});
+            return std::vector<Tensor>{l, q};
+          },
+          train::CompileOptions{.modules = {q_, target_}});
+    std::vector<Tensor> r = (*compiled_)({batch.obs, batch.action, batch.reward, batch.next_obs, batch.terminated});
+    loss = r[0];
+    q_value = r[1];
+  } else {
+    std::tie(loss, q_value) = gradient_step(batch);
+  }
+  ++updates_;
+  return {loss.item<double>(), q_value.item<double>()};
 }
 
 void DQN::update_target() { offpolicy::soft_update(*target_, *q_, options_.tau); }

@@ -13,6 +13,7 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
+#include "kiln/train/compiled_step.h"
 #include "src/rl/offpolicy_util.h"
 
 namespace kiln::rl {
@@ -165,7 +166,7 @@ std::pair<Tensor, Tensor> SAC::sample_action(const Tensor& obs, const Tensor& no
   return {pi.squash(raw), pi.log_prob(raw)};
 }
 
-SACCriticUpdate SAC::update_critics(const ReplayBatch& b, const Tensor& next_noise) {
+std::vector<Tensor> SAC::critic_step(const ReplayBatch& b, const Tensor& next_noise) {
   const SACOptions& o = options_;
   Tensor y;
   {
@@ -181,12 +182,11 @@ SACCriticUpdate SAC::update_critics(const ReplayBatch& b, const Tensor& next_noi
   q_opt_->zero_grad();
   (l1 + l2).backward();
   q_opt_->step();
-  ++updates_;
   NoGradGuard no_grad;
-  return {l1.item<double>(), l2.item<double>(), mean(q1).item<double>(), mean(q2).item<double>()};
+  return {l1, l2, mean(q1), mean(q2)};
 }
 
-SACActorUpdate SAC::update_actor(const ReplayBatch& b, const Tensor& noise) {
+std::vector<Tensor> SAC::actor_step(const ReplayBatch& b, const Tensor& noise) {
   auto [action, log_pi] = sample_action(b.obs, noise, "actor");
   Tensor min_q = minimum(critics_->qf1(b.obs, action), critics_->qf2(b.obs, action));
   Tensor loss = mean(options_.alpha * log_pi - min_q);
@@ -194,7 +194,40 @@ SACActorUpdate SAC::update_actor(const ReplayBatch& b, const Tensor& noise) {
   loss.backward();  // also reaches the critics' gradients; update_critics zeroes them before its own
   actor_opt_->step();
   NoGradGuard no_grad;
-  return {loss.item<double>(), mean(log_pi).item<double>()};
+  return {loss, mean(log_pi)};
+}
+
+std::vector<Tensor> SAC::run_step(std::unique_ptr<train::CompiledStep>& compiled,
+                                  std::vector<Tensor> (SAC::*step)(const ReplayBatch&, const Tensor&),
+                                  const ReplayBatch& batch, const Tensor& noise) {
+  if (!options_.compile) return (this->*step)(batch, noise);
+  // Recorded once and replayed (docs/compile.md): the noise is drawn from
+  // noise_gen_ at replay when not given (then an input); the target critics'
+  // parameters (update_targets writes them in place), the learning rates and
+  // Adam's step counts are read live; the figures are read after the replay.
+  // A new batch shape, or the other parameters' gradients held or not (the
+  // first actor step), records again.
+  if (!compiled)
+    compiled = std::make_unique<train::CompiledStep>(
+        [this, step](const std::vector<Tensor>& in) {
+          return (this->*step)({.obs = in[0], .action = in[1], .reward = in[2], .next_obs = in[3], .terminated = in[4]},
+                               in.size() > 5 ? in[5] : Tensor());
+        },
+        train::CompileOptions{.modules = {actor_, critics_, targets_}, .generators = {&noise_gen_}});
+  std::vector<Tensor> in{batch.obs, batch.action, batch.reward, batch.next_obs, batch.terminated};
+  if (noise.defined()) in.push_back(noise);
+  return (*compiled)(in);
+}
+
+SACCriticUpdate SAC::update_critics(const ReplayBatch& b, const Tensor& next_noise) {
+  std::vector<Tensor> r = run_step(compiled_critics_, &SAC::critic_step, b, next_noise);
+  ++updates_;
+  return {r[0].item<double>(), r[1].item<double>(), r[2].item<double>(), r[3].item<double>()};
+}
+
+SACActorUpdate SAC::update_actor(const ReplayBatch& b, const Tensor& noise) {
+  std::vector<Tensor> r = run_step(compiled_actor_, &SAC::actor_step, b, noise);
+  return {r[0].item<double>(), r[1].item<double>()};
 }
 
 void SAC::update_targets() { offpolicy::soft_update(*targets_, *critics_, options_.tau); }

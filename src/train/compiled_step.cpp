@@ -18,6 +18,7 @@
 #include "kiln/core/generator.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/replay.h"
+#include "kiln/core/replay_fusion.h"
 #include "kiln/core/storage.h"
 #include "kiln/nn/module.h"
 #include "kiln/ops/loss.h"
@@ -25,6 +26,8 @@
 #include "kiln/optim/optimizer.h"
 #include "kiln/train/metrics.h"
 #include "kiln/train/steps.h"
+#include "src/backend/cpu/elementwise/elementwise.h"
+#include "src/backend/cpu/linalg/matmul.h"
 
 namespace kiln::train {
 
@@ -101,8 +104,20 @@ Buffers analyse(const replay::Recorder& rec) {
   return b;
 }
 
+// The Fusion pass's note of each launch (-1: none), kept parallel to the
+// recorder's launches by every pass that drops some.
+using NoteIndex = std::vector<int>;
+
+void erase_launches(replay::Recorder& rec, const std::vector<char>& drop, NoteIndex& note_of) {
+  rec.erase_launches(drop);
+  NoteIndex kept;
+  for (size_t i = 0; i < note_of.size(); ++i)
+    if (i >= drop.size() || !drop[i]) kept.push_back(note_of[i]);
+  note_of = std::move(kept);
+}
+
 // Dead-op removal, then copy elision (both drop launches).
-PassReport remove_dead_launches(replay::Recorder& rec) {
+PassReport remove_dead_launches(replay::Recorder& rec, NoteIndex& note_of) {
   int64_t dead = 0, elided = 0, elided_bytes = 0;
   {
     // A pure launch (a kernel whose only effects are on the memory it
@@ -133,7 +148,7 @@ PassReport remove_dead_launches(replay::Recorder& rec) {
       }
     }
     b = {};
-    if (dead) rec.erase_launches(drop);
+    if (dead) erase_launches(rec, drop, note_of);
   }
   {
     // Copy elision: a gradient copied (AccumulateGrad's clone while
@@ -189,7 +204,7 @@ PassReport remove_dead_launches(replay::Recorder& rec) {
       b.impls.erase(s_dst);
     }
     b = {};
-    if (elided) rec.erase_launches(drop);
+    if (elided) erase_launches(rec, drop, note_of);
   }
   if (!dead && !elided)
     return {"DeadOpRemoval", PassStatus::Analyzed,
@@ -198,6 +213,232 @@ PassReport remove_dead_launches(replay::Recorder& rec) {
           fmt::format("{} dead launches dropped (pure kernels whose outputs nothing reads); {} gradient copies "
                       "elided ({} bytes), the gradient keeping its producer's buffer as eager does",
                       dead, elided, elided_bytes)};
+}
+
+// Fusion: a linear (GEMM + bias) whose output only feeds one elementwise
+// activation (relu, tanh, sigmoid, ...; an activation whose backward reads
+// its output, not its input) becomes one launch: the GEMM writes the
+// activation's output buffer and kiln's own activation kernel runs on it in
+// place, while it is in cache. The pre-activation buffer goes, as does a
+// launch. The activation is the kernel eager runs, on the same f32 values in
+// the same order, so the replay stays bitwise eager's (oneDNN's eltwise
+// post-ops are not used: see the pass's detail).
+PassReport fuse_linear_activations(replay::Recorder& rec, const std::vector<replay::FusionNote>& notes,
+                                   NoteIndex& note_of, const std::string& chains) {
+  using replay::FusionNote;
+  Buffers b = analyse(rec);
+  auto& launches = rec.launches();
+  const size_t n = launches.size();
+  auto touches = [&](size_t k, const Storage* st) {
+    const auto& t = launches[k].touched;
+    return std::find(t.begin(), t.end(), st) != t.end();
+  };
+  struct Fused {
+    size_t linear, act;
+    replay::Launch launch;
+    std::vector<std::shared_ptr<TensorImpl>> reached;
+  };
+  std::vector<Fused> fused;
+  std::map<std::string, int64_t> by_op;
+  int64_t kept_input = 0, saved_bytes = 0;
+  std::vector<char> used(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (note_of[i] < 0 || used[i]) continue;
+    const FusionNote& ln = notes[size_t(note_of[i])];
+    if (ln.kind != FusionNote::Kind::Linear) continue;
+    std::shared_ptr<TensorImpl> a = ln.a.lock(), w = ln.b.lock(), o = ln.out.lock(), bias = ln.bias.lock();
+    if (!a || !w || !o || (!ln.bias.expired() && !bias)) continue;
+    Tensor pre(o);
+    Storage* so = o->storage.get();
+    // f32 only: a bf16 GEMM rounds its f32 result once, and the activation
+    // of the rounded value is not always the rounding of the activation (-0).
+    if (pre.dtype() != kF32 || !pre.is_contiguous() || !b.temporary.count(so) || b.impls[so].size() != 1) continue;
+    size_t j = i + 1;
+    while (j < n && !touches(j, so)) ++j;
+    if (j == n || note_of[j] < 0 || used[j]) continue;
+    const FusionNote& un = notes[size_t(note_of[j])];
+    if (un.kind != FusionNote::Kind::Elementwise) continue;
+    std::shared_ptr<TensorImpl> x = un.a.lock(), y = un.out.lock();
+    if (!x || !y || x.get() != o.get()) continue;
+    Tensor act(y);
+    Storage* sy = y->storage.get();
+    if (sy == so || act.dtype() != kF32 || !act.is_contiguous() || act.shape() != pre.shape()) continue;
+    bool later_read = false, between = false;
+    for (size_t k = j + 1; k < n && !later_read; ++k) later_read = touches(k, so);
+    for (size_t k = i + 1; k < j && !between; ++k) between = touches(k, sy);
+    if (later_read) {
+      ++kept_input;  // gelu, silu: the backward reads the pre-activation
+      continue;
+    }
+    if (between) continue;
+    used[i] = used[j] = 1;
+    Tensor ta(a), tw(w), tb = bias ? Tensor(bias) : Tensor();
+    replay::Launch f;
+    f.op = "linear+activation";
+    f.pure = true;
+    f.run = [ta, tw, act, tb, run = un.run] {
+      backend::cpu::MatmulEpilogue e;
+      if (tb.defined()) e.bias = &tb;
+      backend::cpu::matmul(ta, tw, act, e);
+      run(act, act);  // in place: elementwise, the same values as out of place
+    };
+    for (Storage* st : launches[i].touched) {
+      Storage* t = st == so ? sy : st;
+      if (std::find(f.touched.begin(), f.touched.end(), t) == f.touched.end()) f.touched.push_back(t);
+    }
+    f.writes = {sy};
+    std::vector<std::shared_ptr<TensorImpl>> reached{a, w, y};
+    if (bias) reached.push_back(bias);
+    saved_bytes += int64_t(so->nbytes());
+    ++by_op[launches[j].op];
+    fused.push_back({i, j, std::move(f), std::move(reached)});
+  }
+  std::string rejected =
+      "oneDNN eltwise post-ops not used: kiln's activation kernels are what eager runs (relu keeps NaN and -0 "
+      "where a max with 0 would not; gelu/tanh/sigmoid approximations differ), so a post-op would not be "
+      "bitwise eager's; convolution + activation not done";
+  if (fused.empty())
+    return {"Fusion", chains.empty() ? PassStatus::Analyzed : PassStatus::Applied,
+            fmt::format("{}no linear whose output only feeds an f32 activation ({} pairs kept: the backward reads "
+                        "the pre-activation); {}",
+                        chains, kept_input, rejected)};
+  // Each fused launch is appended (its references counted), then takes the
+  // linear's place; the linear and the activation go.
+  std::vector<char> drop(n + fused.size(), 0);
+  for (size_t q = 0; q < fused.size(); ++q) {
+    rec.append(std::move(fused[q].launch), fused[q].reached);
+    fused[q].reached.clear();
+    std::swap(rec.launches()[fused[q].linear], rec.launches()[n + q]);
+    drop[n + q] = 1;  // the linear, now at the end
+    drop[fused[q].act] = 1;
+  }
+  for (size_t q = 0; q < fused.size(); ++q) note_of.push_back(-1);
+  b = {};
+  erase_launches(rec, drop, note_of);
+  std::string ops;
+  for (const auto& [op, count] : by_op) ops += fmt::format("{}{} x{}", ops.empty() ? "" : ", ", op, count);
+  return {"Fusion", PassStatus::Applied,
+          fmt::format("{}{} linear + activation pairs fused into one launch each ({}): the GEMM writes the "
+                      "activation's buffer and the activation runs in place on it; {} pre-activation buffers "
+                      "({} bytes) gone; {} pairs kept (the backward reads the pre-activation). Rejected: {}",
+                      chains, fused.size(), ops, fused.size(), saved_bytes, kept_input, rejected)};
+}
+
+// Elementwise chains: f1 (x) -> t1, f2 (t1) -> t2, ..., each an f32
+// elementwise launch on one tensor of one shape (unary ops, ops with a
+// scalar), where each intermediate is a temporary alone on its buffer that
+// only the next link reads. The chain becomes one launch writing the last
+// link's buffer: the first kernel from x into it, the others in place on it
+// (each kernel is eager's, on the same values: bitwise eager's). The
+// intermediates' buffers go. Returns the detail ("" when none); the chain's
+// launch gets a note of its own (input x, output the last buffer, the links
+// in order), so that a linear feeding it is fused with it afterwards.
+std::string fuse_elementwise_chains(replay::Recorder& rec, std::vector<replay::FusionNote>& notes,
+                                    NoteIndex& note_of) {
+  using replay::FusionNote;
+  Buffers b = analyse(rec);
+  auto& launches = rec.launches();
+  const size_t n = launches.size();
+  auto touches = [&](size_t k, const Storage* st) {
+    const auto& t = launches[k].touched;
+    return std::find(t.begin(), t.end(), st) != t.end();
+  };
+  auto elementwise = [&](size_t k) -> const FusionNote* {
+    if (k >= n || note_of[k] < 0) return nullptr;
+    const FusionNote& e = notes[size_t(note_of[k])];
+    return e.kind == FusionNote::Kind::Elementwise ? &e : nullptr;
+  };
+  auto plain = [](const std::shared_ptr<TensorImpl>& p, const Shape& shape) {
+    Tensor t(p);
+    return t.dtype() == kF32 && t.is_contiguous() && t.shape() == shape;
+  };
+  struct Chain {
+    std::vector<size_t> links;
+    std::shared_ptr<TensorImpl> in, out;
+    std::vector<std::function<void(const Tensor&, const Tensor&)>> runs;
+    int64_t saved = 0;
+  };
+  std::vector<Chain> chains;
+  std::vector<char> used(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const FusionNote* first = elementwise(i);
+    if (!first || used[i]) continue;
+    Chain c;
+    c.in = first->a.lock();
+    c.out = first->out.lock();
+    if (!c.in || !c.out) continue;
+    const Shape shape = Tensor(c.out).shape();
+    if (!plain(c.in, shape) || !plain(c.out, shape)) continue;
+    c.links = {i};
+    c.runs = {first->run};
+    for (;;) {
+      Storage* so = c.out->storage.get();
+      if (!b.temporary.count(so) || b.impls[so].size() != 1) break;
+      size_t j = c.links.back() + 1;
+      while (j < n && !touches(j, so)) ++j;
+      const FusionNote* next = elementwise(j);
+      if (!next || used[j]) break;
+      std::shared_ptr<TensorImpl> x = next->a.lock(), y = next->out.lock();
+      if (!x || !y || x.get() != c.out.get() || !plain(y, shape)) break;
+      Storage* sy = y->storage.get();
+      if (sy == so || sy == c.in->storage.get()) break;
+      bool later = false, between = false;
+      for (size_t k = j + 1; k < n && !later; ++k) later = touches(k, so);
+      for (size_t k = i + 1; k < j && !between; ++k) between = touches(k, sy);
+      if (later || between) break;
+      c.saved += int64_t(so->nbytes());
+      c.links.push_back(j);
+      c.runs.push_back(next->run);
+      c.out = std::move(y);
+    }
+    if (c.links.size() < 2) continue;
+    for (size_t l : c.links) used[l] = 1;
+    chains.push_back(std::move(c));
+  }
+  if (chains.empty()) return "";
+  std::vector<char> drop(n + chains.size(), 0);
+  const size_t count = chains.size();
+  int64_t links = 0, saved = 0;
+  for (size_t q = 0; q < chains.size(); ++q) {
+    Chain& c = chains[q];
+    links += int64_t(c.links.size());
+    saved += c.saved;
+    replay::Launch f;
+    f.op = "elementwise chain";
+    f.pure = true;
+    Storage* sx = c.in->storage.get();
+    Storage* sy = c.out->storage.get();
+    f.touched = {sx, sy};
+    f.writes = {sy};
+    Tensor x(c.in), y(c.out);
+    f.run = [x, y, runs = c.runs] {
+      runs[0](y, x);
+      for (size_t k = 1; k < runs.size(); ++k) runs[k](y, y);  // in place, as eager's kernel out of place
+    };
+    // The chain's note: a linear feeding it fuses with it (fuse_linear_activations).
+    FusionNote note;
+    note.kind = FusionNote::Kind::Elementwise;
+    note.a = c.in;
+    note.out = c.out;
+    note.run = [runs = c.runs](const Tensor& o, const Tensor& i) {
+      runs[0](o, i);
+      for (size_t k = 1; k < runs.size(); ++k) runs[k](o, o);
+    };
+    notes.push_back(std::move(note));
+    rec.append(std::move(f), {c.in, c.out});
+    const size_t head = c.links.front();
+    std::swap(rec.launches()[head], rec.launches()[n + q]);
+    note_of.push_back(note_of[head]);  // the head's note goes with its launch to the end
+    note_of[head] = int(notes.size() - 1);
+    drop[n + q] = 1;
+    for (size_t k = 1; k < c.links.size(); ++k) drop[c.links[k]] = 1;
+  }
+  chains.clear();
+  b = {};
+  erase_launches(rec, drop, note_of);
+  return fmt::format("{} elementwise chains ({} launches) run as one launch each, in place on the last buffer; "
+                     "{} intermediate bytes gone. ",
+                     count, links, saved);
 }
 
 // Memory planning: the temporaries placed by lifetime in one arena.
@@ -281,7 +522,7 @@ PassReport plan_memory(replay::Recorder& rec, int64_t& held_bytes) {
 }
 
 // The passes, in the order, over a finished recording.
-CaptureEvidence run_passes(replay::Recorder& rec) {
+CaptureEvidence run_passes(replay::Recorder& rec, std::vector<replay::FusionNote>& notes, bool fusion) {
   CaptureEvidence ev;
   const auto& launches = rec.launches();
   for (const replay::Launch& l : launches) (l.host_effect ? ev.host_effects : ev.launches)++;
@@ -309,10 +550,15 @@ CaptureEvidence run_passes(replay::Recorder& rec) {
       ev.passes.push_back({stage, PassStatus::NotRun, "not reached: the recording was rejected"});
     return ev;
   }
-  ev.passes.push_back(remove_dead_launches(rec));
-  ev.passes.push_back({"Fusion", PassStatus::NotRun,
-                       "not implemented: elementwise chains and bias/activation post-ops run as recorded "
-                       "(linear and addmm already add their bias inside the oneDNN GEMM, an eager fusion)"});
+  NoteIndex note_of(launches.size(), -1);
+  for (size_t k = 0; k < notes.size(); ++k)
+    if (notes[k].launch < note_of.size()) note_of[notes[k].launch] = int(k);
+  ev.passes.push_back(remove_dead_launches(rec, note_of));
+  if (fusion) {
+    const std::string chains = fuse_elementwise_chains(rec, notes, note_of);
+    ev.passes.push_back(fuse_linear_activations(rec, notes, note_of, chains));
+  }
+  else ev.passes.push_back({"Fusion", PassStatus::NotRun, "turned off (CompileOptions::fusion)"});
   int64_t held_bytes = 0;
   ev.passes.push_back(plan_memory(rec, held_bytes));
   ev.passes.push_back({"KernelSelection", PassStatus::Inherited,
@@ -391,16 +637,19 @@ struct CompiledStep::Impl {
     }
     auto rec = std::make_unique<replay::Recorder>(generators);
     std::vector<Tensor> outs;
+    (void)replay::take_fusion_notes(nullptr);  // a recording that threw may have left some
     {
       replay::RecordingScope scope(*rec);
       outs = fn(e.inputs);  // an exception leaves no recording behind
     }
+    std::vector<replay::FusionNote> notes = replay::take_fusion_notes(rec.get());
     ++recordings;
     // Outputs detached first: the step's autograd graph (and what it saves)
     // goes, so that the passes see which buffers only the recording holds.
     for (Tensor& t : outs)
       if (t.defined()) t = t.detach();
-    evidence = run_passes(*rec);
+    evidence = run_passes(*rec, notes, opts.fusion);
+    notes.clear();
     if (evidence.replayable) kiln::empty_cache();  // the recording's own buffers, now replaced by the arena
     if (opts.print_evidence) std::fputs(evidence.str().c_str(), stderr);
     if (evidence.replayable) {
@@ -481,7 +730,9 @@ Tensor update_guarded(const Tensor& loss, optim::Optimizer& opt) {
   Tensor applied = Tensor::empty({}, kBool);
   loss.backward();
   optim::Optimizer* o = &opt;
-  auto apply = [loss, o, applied] {
+  // The closure holds the loss's value only: the loss itself would keep the
+  // step's autograd graph (and what its nodes hold) alive for the recording's life.
+  auto apply = [loss = loss.detach(), o, applied] {
     const bool ok = std::isfinite(loss.item<double>()) && grads_finite(*o);
     if (ok) o->step();
     applied.data<bool>()[0] = ok;

@@ -8,6 +8,7 @@
 #include "apps/kiln/fashion_mnist.h"
 #include "apps/kiln/lm.h"
 #include "apps/kiln/rl.h"
+#include "apps/kiln/rl_offpolicy.h"
 #include "kiln/io/safetensors.h"
 #include "tests/support/apps_testing.h"
 
@@ -111,6 +112,52 @@ TEST(CompileJob, LmWithCompileIsTheEagerRun) {
   EXPECT_EQ(losses(e.csv), losses(c.csv));
   expect_same_checkpoint(e.checkpoint, c.checkpoint);
   std::filesystem::remove_all(base);
+}
+
+// `kiln rl dqn|sac --compile`: the same run as without it (evaluations and
+// checkpoint: networks, targets, both Adams, replay buffer, generators), and
+// an eager run stopped at a checkpoint and resumed with --compile ends as
+// both straight runs. Past the default learning_starts (DQN 10k, SAC 5k).
+void expect_offpolicy_compiled_is_eager(const OffPolicyJobOptions& base, int64_t stop_after,
+                                        const std::string& compiled_line) {
+  const std::string dir = kiln::testing::fresh_dir();
+  std::ostringstream log;
+  auto run = [&](const std::string& out, bool compile, int64_t max_steps, const std::string& resume) {
+    OffPolicyJobOptions o = base;
+    o.out = dir + "/" + out;
+    o.compile = compile;
+    o.max_steps = max_steps;
+    o.resume = resume;
+    o.log = &log;
+    return run_offpolicy(o);
+  };
+  OffPolicyJobResult e = run("eager", false, 0, ""), c = run("compiled", true, 0, "");
+  EXPECT_NE(log.str().find(compiled_line), std::string::npos) << log.str();
+  EXPECT_EQ(e.global_step, c.global_step);
+  EXPECT_EQ(e.eval_return, c.eval_return);
+  EXPECT_EQ(losses(e.csv), losses(c.csv));
+  expect_same_checkpoint(e.checkpoint, c.checkpoint);
+  ASSERT_EQ(run("split", false, stop_after, "").global_step, stop_after);
+  OffPolicyJobResult r = run("split", true, 0, "latest");
+  EXPECT_EQ(r.eval_return, e.eval_return);
+  EXPECT_EQ(losses(r.csv), losses(e.csv));
+  expect_same_checkpoint(e.checkpoint, r.checkpoint);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CompileJob, DqnWithCompileIsTheEagerRunAndResumesAcross) {
+  // 10 400 steps: 40 updates (every 10th step past 10 000); the first one
+  // records, the second too (the gradients now held), 38 replays.
+  expect_offpolicy_compiled_is_eager(
+      {.algo = "dqn", .seed = 3, .total_steps = 10'400, .eval_every = 200, .eval_episodes = 1}, 10'200,
+      "compiled step: 2 recordings, 38 replays, 0 eager steps");
+}
+
+TEST(CompileJob, SacWithCompileIsTheEagerRunAndResumesAcross) {
+  // 5 200 steps: 200 critic updates past 5 000 and 200 actor updates.
+  expect_offpolicy_compiled_is_eager(
+      {.algo = "sac", .seed = 2, .total_steps = 5'200, .eval_every = 100, .eval_episodes = 1}, 5'100,
+      "compiled actor step: 2 recordings, 198 replays, 0 eager steps");
 }
 
 }  // namespace

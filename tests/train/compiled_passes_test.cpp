@@ -171,5 +171,149 @@ TEST(CompiledPasses, UpdateGuardedStepIsBitwiseEager) {
   for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
 }
 
+// Fusion: each linear whose output only feeds an activation that saves its
+// output (relu, tanh, sigmoid) becomes one launch writing the activation's
+// buffer; gelu and silu save their input, so those pairs are kept. 100 steps
+// of Adam bitwise eager, parameters and losses.
+struct ActNet {
+  ActNet()
+      : rngs{{"params", 1}},
+        net(nn::Linear(8, 32, rngs), nn::ReLU(), nn::Linear(32, 32, rngs), nn::Tanh(), nn::Linear(32, 24, rngs),
+            nn::Sigmoid(), nn::Linear(24, 16, rngs), nn::GELU(), nn::Linear(16, 16, rngs), nn::SiLU(),
+            nn::Linear(16, 4, rngs)),
+        opt(net.parameters(), {.lr = 1e-2}) {}
+  Rngs rngs;
+  nn::Sequential net;
+  optim::Adam opt;
+};
+
+std::vector<Tensor> act_step(ActNet& m, const std::vector<Tensor>& in) {
+  Tensor logits = m.net.forward(in[0]);
+  Tensor loss = cross_entropy(logits, in[1]);
+  loss.backward();
+  m.opt.step();
+  m.opt.zero_grad();
+  return {loss, logits};
+}
+
+TEST(CompiledPasses, FusionFoldsLinearActivationPairsAndStaysBitwise) {
+  ActNet eager, compiled;
+  CompiledStep step([&](const std::vector<Tensor>& in) { return act_step(compiled, in); },
+                    {.modules = {&compiled.net}});
+  for (int64_t i = 0; i < 100; ++i) {
+    std::vector<Tensor> e = act_step(eager, batch(i, 64)), c = step(batch(i, 64));
+    ASSERT_EQ(bits(e[0].item<float>()), bits(c[0].item<float>())) << "step " << i;
+    if (i % 10 == 0) expect_bitwise(e[1], c[1], "logits");
+  }
+  EXPECT_EQ(step.replays(), 100 - step.recordings());
+  auto pe = eager.net.parameters(), pc = compiled.net.parameters();
+  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+  const PassReport* f = step.evidence().find("Fusion");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->status, PassStatus::Applied) << f->detail;
+  EXPECT_EQ(f->detail.rfind("3 linear + activation pairs fused", 0), 0u) << f->detail;
+  EXPECT_NE(f->detail.find("relu x1, sigmoid x1, tanh x1"), std::string::npos) << f->detail;
+  EXPECT_NE(f->detail.find("2 pairs kept"), std::string::npos) << f->detail;
+  EXPECT_NE(f->detail.find("Rejected: oneDNN eltwise post-ops"), std::string::npos) << f->detail;
+}
+
+// A pre-activation read again after its activation (here by a residual
+// term) keeps its buffer: that pair is not fused, the replay stays eager's.
+struct Residual {
+  Residual() : rngs{{"params", 2}}, l1(8, 16, rngs), l2(16, 4, rngs), opt(params(), {.lr = 1e-2}) {}
+  nn::ParameterList params() {
+    std::vector<nn::Parameter> p = l1.parameters().params();
+    for (const nn::Parameter& q : l2.parameters()) p.push_back(q);
+    return p;
+  }
+  std::vector<Tensor> step(const std::vector<Tensor>& in) {
+    Tensor h = l1.forward(in[0]);
+    Tensor loss = cross_entropy(l2.forward(relu(h) + 0.5 * h), in[1]);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    return {loss};
+  }
+  Rngs rngs;
+  nn::Linear l1, l2;
+  optim::Adam opt;
+};
+
+TEST(CompiledPasses, FusionKeepsAPreActivationReadAgain) {
+  Residual eager, compiled;
+  CompiledStep step([&](const std::vector<Tensor>& in) { return compiled.step(in); });
+  for (int64_t i = 0; i < 20; ++i)
+    ASSERT_EQ(bits(eager.step(batch(i))[0].item<float>()), bits(step(batch(i))[0].item<float>())) << i;
+  const PassReport* f = step.evidence().find("Fusion");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->status, PassStatus::Analyzed) << f->detail;
+  auto pe = eager.params(), pc = compiled.params();
+  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+}
+
+// Elementwise chains: a no-grad target (linear -> neg -> exp -> * 0.5 ->
+// + 1, as an RL target network's) runs as one launch, the linear fused with
+// it; on the gradient path relu's output is saved (not an intermediate),
+// but the scalar links after it chain, and so do their gradients' in the
+// backward. 50 Adam steps bitwise, the target included.
+struct ChainNet {
+  ChainNet() : rngs{{"params", 3}}, l1(8, 16, rngs), l2(16, 4, rngs), target(8, 4, rngs), opt(params(), {.lr = 1e-2}) {}
+  nn::ParameterList params() {
+    std::vector<nn::Parameter> p = l1.parameters().params();
+    for (const nn::Parameter& q : l2.parameters()) p.push_back(q);
+    return p;
+  }
+  std::vector<Tensor> step(const std::vector<Tensor>& in) {
+    Tensor y;
+    {
+      NoGradGuard no_grad;
+      y = exp(neg(target.forward(in[0]))) * 0.5 + 1.0;
+    }
+    Tensor h = (relu(l1.forward(in[0])) * 2.0 - 1.0) / 3.0;
+    Tensor loss = mse_loss(l2.forward(h), y);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    return {loss, y};
+  }
+  Rngs rngs;
+  nn::Linear l1, l2, target;
+  optim::Adam opt;
+};
+
+TEST(CompiledPasses, ElementwiseChainsRunAsOneLaunchAndStayBitwise) {
+  ChainNet eager, compiled;
+  CompiledStep step([&](const std::vector<Tensor>& in) { return compiled.step(in); });
+  for (int64_t i = 0; i < 50; ++i) {
+    std::vector<Tensor> e = eager.step(batch(i)), c = step(batch(i));
+    ASSERT_EQ(bits(e[0].item<float>()), bits(c[0].item<float>())) << i;
+    expect_bitwise(e[1], c[1], "target");
+  }
+  EXPECT_EQ(step.replays(), 50 - step.recordings());
+  auto pe = eager.params(), pc = compiled.params();
+  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+  const PassReport* f = step.evidence().find("Fusion");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->status, PassStatus::Applied) << f->detail;
+  // neg, exp, * 0.5, + 1 (4 launches), * 2, - 1, / 3 (3) and, in the
+  // backward, the gradient's / 3 then * 2 (2): three chains. The target's
+  // linear then fuses with its chain, l1 with its relu.
+  EXPECT_EQ(f->detail.rfind("3 elementwise chains (9 launches)", 0), 0u) << f->detail;
+  EXPECT_NE(f->detail.find("2 linear + activation pairs fused into one launch each (elementwise chain x1, relu x1)"),
+            std::string::npos)
+      << f->detail;
+}
+
+TEST(CompiledPasses, FusionOffRunsEveryLaunchAsRecorded) {
+  ActNet eager, compiled;
+  CompiledStep step([&](const std::vector<Tensor>& in) { return act_step(compiled, in); },
+                    {.modules = {&compiled.net}, .fusion = false});
+  for (int64_t i = 0; i < 5; ++i)
+    ASSERT_EQ(bits(act_step(eager, batch(i, 64))[0].item<float>()), bits(step(batch(i, 64))[0].item<float>()));
+  const PassReport* f = step.evidence().find("Fusion");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->status, PassStatus::NotRun) << f->detail;
+}
+
 }  // namespace
 }  // namespace kiln::train

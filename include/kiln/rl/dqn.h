@@ -37,6 +37,10 @@
 #include "kiln/rl/evaluate.h"
 #include "kiln/rl/replay_buffer.h"
 
+namespace kiln::train {
+class CompiledStep;
+}
+
 namespace kiln::rl {
 
 /// CleanRL's QNetwork: Linear-ReLU layers through `hidden`, then a Linear to
@@ -76,6 +80,7 @@ struct DQNOptions {
   double adam_eps = 1e-8;
   std::vector<int64_t> hidden = {120, 84};  // QNetwork layers
   uint64_t seed = 1;                  // network init, exploration, replay sampling, environment resets
+  bool compile = false;               // the gradient step recorded once and replayed (docs/compile.md); same results
 
   void validate() const;
 };
@@ -160,6 +165,8 @@ class DQN : public io::Stateful {
   QNetwork& target_network() { return *target_; }
   optim::Adam& optimizer() { return *optimizer_; }
   ReplayBuffer& replay_buffer() { return buffer_; }
+  /// options.compile: the compiled gradient step (null before the first update).
+  const train::CompiledStep* compiled_step() const { return compiled_.get(); }
 
   /// Registers the whole run with a checkpoint: the networks ("<name>.q",
   /// "<name>.target"), Adam ("<name>.optim"), the buffer ("<name>.replay")
@@ -173,6 +180,8 @@ class DQN : public io::Stateful {
 
  private:
   void setup(QNetwork& q, QNetwork& target);  // what both constructors share, once the networks exist
+  // update()'s arithmetic: the TD loss, backward, clip and Adam; {loss, mean Q(s, a)}.
+  std::pair<Tensor, Tensor> gradient_step(const ReplayBatch& batch);
   void reset_env(uint64_t seed);
   DQNStats take_window();
 
@@ -184,6 +193,7 @@ class DQN : public io::Stateful {
   QNetwork* q_ = nullptr;                         // own_q_ or the caller's
   QNetwork* target_ = nullptr;
   std::unique_ptr<optim::Adam> optimizer_;
+  std::unique_ptr<train::CompiledStep> compiled_;  // options.compile: update()'s gradient step
   ReplayBuffer buffer_;
   Generator explore_gen_, sample_gen_;
   Tensor obs_;                           // [E, O]

@@ -40,6 +40,10 @@
 #include "kiln/rl/evaluate.h"
 #include "kiln/rl/replay_buffer.h"
 
+namespace kiln::train {
+class CompiledStep;
+}
+
 namespace kiln::rl {
 
 /// CleanRL's Actor: fc1, fc2 (ReLU, `hidden` wide), then fc_mean and
@@ -97,6 +101,7 @@ struct SACOptions {
   double alpha = 0.2;                   // the fixed entropy coefficient
   int64_t hidden = 256;                 // width of the actor's and critics' two layers
   uint64_t seed = 1;                    // network init, actions, replay sampling, environment resets
+  bool compile = false;                 // critic and actor steps recorded once and replayed (docs/compile.md); same results
 
   void validate() const;
 };
@@ -175,6 +180,9 @@ class SAC : public io::Stateful {
   optim::Adam& actor_optimizer() { return *actor_opt_; }
   optim::Adam& q_optimizer() { return *q_opt_; }
   ReplayBuffer& replay_buffer() { return buffer_; }
+  /// options.compile: the compiled critic and actor steps (null before their first update).
+  const train::CompiledStep* compiled_critic_step() const { return compiled_critics_.get(); }
+  const train::CompiledStep* compiled_actor_step() const { return compiled_actor_.get(); }
 
   /// Registers the whole run: "<name>.actor", "<name>.critics",
   /// "<name>.targets", "<name>.actor_optim", "<name>.q_optim",
@@ -191,6 +199,14 @@ class SAC : public io::Stateful {
   // a~ = squash(mean + std * noise) and log pi(a~) [B], differentiable.
   std::pair<Tensor, Tensor> sample_action(const Tensor& obs, const Tensor& noise, const char* what);
   SACStats take_window();
+  // update_critics' and update_actor's arithmetic; their figures as tensors
+  // ({l1, l2, mean q1, mean q2} and {loss, mean log pi}), read after the step.
+  std::vector<Tensor> critic_step(const ReplayBatch& batch, const Tensor& next_noise);
+  std::vector<Tensor> actor_step(const ReplayBatch& batch, const Tensor& noise);
+  // Runs `step` compiled (options.compile) or eagerly on the batch and noise.
+  std::vector<Tensor> run_step(std::unique_ptr<train::CompiledStep>& compiled,
+                               std::vector<Tensor> (SAC::*step)(const ReplayBatch&, const Tensor&),
+                               const ReplayBatch& batch, const Tensor& noise);
 
   VectorEnv& env_;
   SACOptions options_;
@@ -202,6 +218,7 @@ class SAC : public io::Stateful {
   TwinQ* critics_ = nullptr;
   TwinQ* targets_ = nullptr;
   std::unique_ptr<optim::Adam> actor_opt_, q_opt_;
+  std::unique_ptr<train::CompiledStep> compiled_critics_, compiled_actor_;  // options.compile
   ReplayBuffer buffer_;
   Generator action_gen_, sample_gen_, noise_gen_;
   Tensor obs_;

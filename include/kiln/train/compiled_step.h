@@ -83,6 +83,8 @@ struct CompileOptions {
   size_t max_recordings = 8;
   /// Print the evidence to stderr when a signature is recorded or rejected.
   bool print_evidence = false;
+  /// Run the Fusion pass (docs/compile.md); false: NotRun (A/B measurements).
+  bool fusion = true;
 };
 
 class CompiledStep {
