@@ -30,6 +30,7 @@
 // either forward.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kiln/core/parallel.h"
@@ -92,18 +93,41 @@ void chunk_gates(Work<T>& W, const T* adt, const T* dt, const T* trap, int64_t L
   m[Lc - 1] = W.g[Lc - 1];
 }
 
-// dst[0, n) = src[0, n), dst[0, n) = 0: the per-step rows here are a few
-// dozen elements, where std::copy_n / std::fill are calls into libc's
-// memmove / memset (6 % of a training step at the bench's size).
+// dst[0, n) = src[0, n), dst[0, n) = 0 for the per-step rows (a few dozen
+// elements): std::copy_n / std::fill, or a plain loop, which GCC turns into
+// the same thing (-ftree-loop-distribute-patterns), are calls into libc's
+// memmove / memset per row. Whole vectors, then single elements; the empty
+// asm makes each value opaque, so the loop stays register loads and stores.
+// (perf put 6 % of a step in those calls; most of it was the first touch of
+// the rows, which moved to the loads here, so the step got no faster.)
 template <class T>
 inline void copy_row(const T* __restrict src, int64_t n, T* __restrict dst) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  using V = typename block::Vec<T>::type;
+  constexpr int64_t W = block::Vec<T>::W;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    V x;
+    std::memcpy(&x, src + i, sizeof(V));
+    asm("" : "+v"(x));
+    std::memcpy(dst + i, &x, sizeof(V));
+  }
+  for (; i < n; ++i) {
+    T x = src[i];
+    asm("" : "+v"(x));
+    dst[i] = x;
+  }
 }
 template <class T>
 inline void zero_row(T* dst, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = T(0);
+  using V = typename block::Vec<T>::type;
+  constexpr int64_t W = block::Vec<T>::W;
+  V z{};
+  asm("" : "+v"(z));
+  int64_t i = 0;
+  for (; i + W <= n; i += W) std::memcpy(dst + i, &z, sizeof(V));
+  T zs = T(0);
+  asm("" : "+v"(zs));
+  for (; i < n; ++i) dst[i] = zs;
 }
 
 // Row j of the decay matrix: dec[i] = exp(c_j - c_i) for i < j. j is a step
