@@ -576,6 +576,9 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
 #pragma omp simd
           for (int64_t i = 0; i < R; ++i) thp[i] = math::tanh(ar[i]);
           T ddt_ang = 0;
+          // One pair per lane (the pairs' elements de-interleaved by the
+          // compiler); it was a scalar loop.
+#pragma omp simd reduction(+ : ddt_ang)
           for (int64_t i = 0; i < R; ++i) {
             const T c_ = csr[i], s_ = snr[i];
             const T a0 = dqr[2 * i], a1 = dqr[2 * i + 1], b0 = dkr[2 * i], b1 = dkr[2 * i + 1];
@@ -589,10 +592,9 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
             dang[r * R + i] = dth * dtv * T(kPi) * (T(1) - tn * tn);
             dthc[i] = dth;
           }
-          for (int64_t n = 2 * R; n < N; ++n) {
-            dqo[n] = dqr[n];
-            dko[n] = dkr[n];
-          }
+          copy_row(dqr + 2 * R, N - 2 * R, dqo + 2 * R);
+          copy_row(dkr + 2 * R, N - 2 * R, dko + 2 * R);
+#pragma omp simd
           for (int64_t n = 0; n < N; ++n) {
             pq[n] += dqo[n];
             pk[n] += dko[n];
