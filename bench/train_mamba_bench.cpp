@@ -5,6 +5,8 @@
 // 2-D parameters only. One full step (forward, backward, update) per call.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <ctime>
 
 #include "bench/bench.h"
 #include "kiln/kiln.h"
@@ -30,7 +32,24 @@ void mamba_step_bench(const std::string& name) {
   Tensor idx = randint(0, 256, {B, T}, gen);
   Tensor targets = randint(0, 256, {B, T}, gen);
   const Workload w{.unit = "tokens/s", .items_per_step = double(B * T)};
-  run_workload(name, w, mem, [&] { train::update(lm.loss(idx, targets), opt); });
+  auto step = [&] { train::update(lm.loss(idx, targets), opt); };
+  // KILN_MAMBA_BENCH_STEPS=n: instead of the timed loop, one warm-up step
+  // and n steps, reporting the process CPU time per step (all threads) —
+  // the figure to compare two builds by on a busy machine (A B A B).
+  if (const char* e = std::getenv("KILN_MAMBA_BENCH_STEPS"); e && std::atoi(e) > 0) {
+    const int n = std::atoi(e);
+    step();
+    auto cpu = [] {
+      timespec ts{};
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+      return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+    };
+    const double c0 = cpu();
+    for (int i = 0; i < n; ++i) step();
+    emit(name, "cpu_per_step", "ms", (cpu() - c0) / n * 1e3);
+    return;
+  }
+  run_workload(name, w, mem, step);
 }
 
 // mamba_generate (issue 25, kiln only): the generation cost of the same

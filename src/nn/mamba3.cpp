@@ -9,6 +9,7 @@
 
 #include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
+#include "kiln/ops/index.h"
 #include "kiln/ops/random.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"
@@ -109,14 +110,12 @@ std::pair<Tensor, Mamba3State> Mamba3::forward(const Tensor& x, const Mamba3Stat
   const int64_t B = x.shape()[0], T = x.shape()[1], H = nheads, P = headdim, N = d_state, R = num_rope_angles;
   check_state(state, B, x);
   Tensor zx = in_proj->forward(x);  // [B, T, 2 Di + 2 N + 3 H + R]
-  int64_t at = 0;
-  auto part = [&](int64_t n) {
-    Tensor t = narrow(zx, 2, at, n);
-    at += n;
-    return t;
-  };
-  Tensor z = part(d_inner), xs = part(d_inner), Bm = part(N), Cm = part(N), dd_dt = part(H), dd_A = part(H),
-         trap = part(H), ang = part(R);
+  // One split (one autograd node: backward joins the eight gradients with one
+  // cat) rather than eight narrows, whose backward would zero-fill a whole
+  // [B, T, 2 Di + 2 N + 3 H + R] buffer per part and sum the eight.
+  const std::vector<Tensor> parts = split(zx, {d_inner, d_inner, N, N, H, H, H, R}, 2);
+  const Tensor &z = parts[0], &xs = parts[1], &Bm = parts[2], &Cm = parts[3], &dd_dt = parts[4], &dd_A = parts[5],
+               &trap = parts[6], &ang = parts[7];
   // A = -max(f(dd_A), A_floor), f(v) = 1 + v (v >= 0), 1 / (1 - v) (v < 0):
   // f = (1 + relu(v)) / (1 + relu(-v)), one expression for both branches.
   Tensor f = div(add(relu(dd_A), 1.0), add(relu(neg(dd_A)), 1.0));

@@ -433,6 +433,28 @@ TEST(Mamba3, GradcheckF64TinyBlock) {
   EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return m.forward(in[0]).first; }, {x});
 }
 
+// The whole block's training step (in_proj, its split, the chunked scan with
+// a partial last chunk, out_proj) gives the same bits on 1 and 2 threads:
+// outputs, the input's gradient and every parameter's.
+TEST(Mamba3, TrainingStepBitwiseSameOnOneAndTwoThreads) {
+  auto once = [&](int threads) {
+    set_num_threads(threads);
+    Rngs rngs{{"params", 2}};
+    nn::Mamba3 m(16, small_options(), rngs);
+    set_golden_params(m);
+    Tensor x = det({3, 45, 16}, 50).requires_grad_(true);  // T 45: chunks of 32 and 13
+    auto [y, st] = m.forward(x);
+    sum(mul(y, det(y.shape(), 51))).backward();
+    std::vector<Tensor> out{y, st.h, st.angle, x.grad()};
+    for (const auto& [name, p] : m.named_parameters()) out.push_back(p.grad());
+    return out;
+  };
+  const std::vector<Tensor> one = once(1), two = once(2);
+  use_default_threads();
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(testing::equal(one[i], two[i])) << i;
+}
+
 TEST(Mamba3, StepEqualsForwardAndPrefixContinues) {
   Rngs rngs{{"params", 1}};
   nn::Mamba3 m(16, small_options(), rngs);

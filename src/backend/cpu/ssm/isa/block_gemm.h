@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 namespace kiln::backend::cpu::KILN_ISA_NS::block {
 
@@ -82,11 +84,61 @@ void gemm(int64_t M, int64_t Nc, int64_t K, const A* a, int64_t sam, int64_t sak
   if (n < Nc) columns<A, 1, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
 }
 
-/// dst[c][r] = src[r][c] for r < rows, c < cols (leading dims lds, ldd).
+// In-register transpose of one W x W tile (W = the vector width in elements),
+// by block swaps: at stage S (W/2, ..., 1), rows i and i + S (i & S == 0)
+// trade the S-wide blocks that lie off the diagonal of each 2S x 2S block:
+//   new r[i][l]     = (l & S) ? r[i + S][l - S] : r[i][l]
+//   new r[i + S][l] = (l & S) ? r[i + S][l]     : r[i][l + S]
+// Each trade is two two-source shuffles with constant masks (vpermt2ps /
+// vpermt2pd on AVX-512, permutes on AVX2): log2(W) stages of W shuffles,
+// where the scalar loop did W^2 one-element stores W elements apart.
+template <class A>
+struct Lanes {  // the integer vector that indexes A's lanes in __builtin_shuffle
+  using elem = std::conditional_t<sizeof(A) == 8, int64_t, int32_t>;
+  typedef elem type __attribute__((vector_size(kVecBytes)));
+};
+
+template <class I, int W, int S, bool Hi, size_t... L>
+constexpr I swap_mask(std::index_sequence<L...>) {
+  return I{static_cast<typename std::remove_reference_t<decltype(I{}[0])>>(
+      Hi ? ((L & S) ? W + L : L + S) : ((L & S) ? W + (L - S) : L))...};
+}
+
+template <class A, int S>
+inline void swap_stage(typename Vec<A>::type* r) {
+  if constexpr (S >= 1) {
+    using I = typename Lanes<A>::type;
+    constexpr int W = Vec<A>::W;
+    constexpr I lo = swap_mask<I, W, S, false>(std::make_index_sequence<W>{});
+    constexpr I hi = swap_mask<I, W, S, true>(std::make_index_sequence<W>{});
+    for (int i = 0; i < W; ++i) {
+      if (i & S) continue;
+      const auto a = r[i], b = r[i + S];
+      r[i] = __builtin_shuffle(a, b, lo);
+      r[i + S] = __builtin_shuffle(a, b, hi);
+    }
+    swap_stage<A, S / 2>(r);
+  }
+}
+
+/// dst[c][r] = src[r][c] for r < rows, c < cols (leading dims lds, ldd):
+/// whole W x W tiles in registers, the edges element by element.
 template <class A>
 void transpose(const A* src, int64_t lds, int64_t rows, int64_t cols, A* dst, int64_t ldd) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+  using V = typename Vec<A>::type;
+  constexpr int W = Vec<A>::W;
+  const int64_t rt = rows / W * W, ct = cols / W * W;
+  for (int64_t r0 = 0; r0 < rt; r0 += W)
+    for (int64_t c0 = 0; c0 < ct; c0 += W) {
+      V t[W];
+      for (int i = 0; i < W; ++i) std::memcpy(&t[i], src + (r0 + i) * lds + c0, sizeof(V));
+      swap_stage<A, W / 2>(t);
+      for (int i = 0; i < W; ++i) std::memcpy(dst + (c0 + i) * ldd + r0, &t[i], sizeof(V));
+    }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t c_from = r < rt ? ct : 0;  // full tiles done above
+    for (int64_t c = c_from; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+  }
 }
 
 }  // namespace kiln::backend::cpu::KILN_ISA_NS::block

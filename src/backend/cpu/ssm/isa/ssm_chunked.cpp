@@ -30,6 +30,7 @@
 // either forward.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kiln/core/parallel.h"
@@ -92,12 +93,52 @@ void chunk_gates(Work<T>& W, const T* adt, const T* dt, const T* trap, int64_t L
   m[Lc - 1] = W.g[Lc - 1];
 }
 
-// Row j of the decay matrix: dec[i] = exp(c_j - c_i) for i < j.
+// dst[0, n) = src[0, n), dst[0, n) = 0 for the per-step rows (a few dozen
+// elements): std::copy_n / std::fill, or a plain loop, which GCC turns into
+// the same thing (-ftree-loop-distribute-patterns), are calls into libc's
+// memmove / memset per row. Whole vectors, then single elements; the empty
+// asm makes each value opaque, so the loop stays register loads and stores.
+// (perf put 6 % of a step in those calls; most of it was the first touch of
+// the rows, which moved to the loads here, so the step got no faster.)
 template <class T>
-inline void decay_row(const T* c, int64_t j, T* dec) {
+inline void copy_row(const T* __restrict src, int64_t n, T* __restrict dst) {
+  using V = typename block::Vec<T>::type;
+  constexpr int64_t W = block::Vec<T>::W;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    V x;
+    std::memcpy(&x, src + i, sizeof(V));
+    asm("" : "+v"(x));
+    std::memcpy(dst + i, &x, sizeof(V));
+  }
+  for (; i < n; ++i) {
+    T x = src[i];
+    asm("" : "+v"(x));
+    dst[i] = x;
+  }
+}
+template <class T>
+inline void zero_row(T* dst, int64_t n) {
+  using V = typename block::Vec<T>::type;
+  constexpr int64_t W = block::Vec<T>::W;
+  V z{};
+  asm("" : "+v"(z));
+  int64_t i = 0;
+  for (; i + W <= n; i += W) std::memcpy(dst + i, &z, sizeof(V));
+  T zs = T(0);
+  asm("" : "+v"(zs));
+  for (; i < n; ++i) dst[i] = zs;
+}
+
+// Row j of the decay matrix: dec[i] = exp(c_j - c_i) for i < j. j is a step
+// inside one chunk (j < chunk <= T; the chunk's [L, L] blocks are in memory),
+// so it is an int: with an int64 bound GCC could not see that the loop ends
+// and warned (-Waggressive-loop-optimizations) on an iteration that never runs.
+template <class T>
+inline void decay_row(const T* c, int j, T* dec) {
   const T cj = c[j];
 #pragma omp simd
-  for (int64_t i = 0; i < j; ++i) dec[i] = math::exp(cj - c[i]);
+  for (int i = 0; i < j; ++i) dec[i] = math::exp(cj - c[i]);
 }
 
 // Rotated q, k of row rq of q, k (the angle state's cos, sin in W) into the chunk's row j.
@@ -152,9 +193,9 @@ void forward_chunked_t(const Mamba3Scan& s) {
             thv[i] = wrap<T>(thv[i] + T(kPi) * thp[i] * dtv);
             sin_cos(thv[i], snv[i], csv[i]);
           }
-          if (th_all) std::copy_n(W.theta.data(), R, th_all + r * R);
+          if (th_all) copy_row(W.theta.data(), R, th_all + r * R);
           rotate_row(W, q, k, qb + hh * N, kb + hh * N, N, R, qk_row(d, r), j);
-          std::copy_n(v + r * P, P, W.V.data() + j * Pp);
+          copy_row(v + r * P, P, W.V.data() + j * Pp);
         }
         chunk_gates(W, adt, dt, trap, Lc, row);
         // H0' = H0 + e_0 v_-1 k_-1^T (in Ht [N, P]).
@@ -175,7 +216,7 @@ void forward_chunked_t(const Mamba3Scan& s) {
 #pragma omp simd
           for (int64_t i = 0; i < j; ++i) sr[i] *= math::exp(cj - c[i]) * w[i];
           sr[j] *= W.g[j];
-          std::fill(sr + j + 1, sr + Lp, T(0));
+          zero_row(sr + j + 1, Lp - j - 1);
         }
         // O = diag(E) Q H0'^T + S V (+ D v, then the gate).
         gemm<T, false>(Lc, Pp, N, W.Q.data(), Np, 1, W.Ht.data(), Pp, W.O.data(), Pp);
@@ -200,9 +241,9 @@ void forward_chunked_t(const Mamba3Scan& s) {
 #pragma omp simd
             for (int64_t p = 0; p < P; ++p) yr[p] = orow[p] * zr[p] * math::sigmoid(zr[p]);
           } else {
-            std::copy_n(orow, P, yr);
+            copy_row(orow, P, yr);
           }
-          if (o_all) std::copy_n(orow, P, o_all + r * P);
+          if (o_all) copy_row(orow, P, o_all + r * P);
         }
         // H_end = E_{L-1} H0' + K^T diag(m) V (in Ht [N, P]).
         for (int64_t j = 0; j < Lc; ++j) {
@@ -215,8 +256,8 @@ void forward_chunked_t(const Mamba3Scan& s) {
         gemm<T, false>(N, Pp, Lc, W.K.data(), 1, Np, W.mV.data(), Pp, W.Hn.data(), Pp);
         const T El = W.E[Lc - 1];
         for (int64_t i = 0; i < N * Pp; ++i) W.Ht[i] = W.Hn[i] + El * W.Ht[i];
-        std::copy_n(W.K.data() + (Lc - 1) * Np, N, W.kp.data());
-        std::copy_n(W.V.data() + (Lc - 1) * Pp, P, W.vp.data());
+        copy_row(W.K.data() + (Lc - 1) * Np, N, W.kp.data());
+        copy_row(W.V.data() + (Lc - 1) * Pp, P, W.vp.data());
       }
       transpose(W.Ht.data(), Pp, N, P, hT + bh * P * N, N);
       std::copy_n(W.theta.data(), R, aT + bh * R);
@@ -284,8 +325,7 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
         const int64_t t0 = c0 * d.chunk, Lc = std::min(d.T, t0 + d.chunk) - t0;
         auto row = [&](int64_t j) { return (b * d.T + t0 + j) * H + hh; };
         // ---- Recompute the chunk's blocks ----
-        std::fill(W.Ht.begin(), W.Ht.end(), T(0));
-        transpose(ckpt + (bh * d.nc + c0) * P * N, N, P, N, W.Ht.data(), Pp);
+        const T* hck = ckpt + (bh * d.nc + c0) * P * N;  // H0 [P, N]
         std::fill(W.kp.begin(), W.kp.end(), T(0));
         std::fill(W.vp.begin(), W.vp.end(), T(0));
         if (t0 == 0) {
@@ -294,26 +334,33 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
           const int64_t r = (b * d.T + t0 - 1) * H + hh;
           trig(r);
           rotate(k + qk_row(d, r) * N, kb + hh * N, W.cs.data(), W.sn.data(), N, R, W.kp.data());
-          std::copy_n(v + r * P, P, W.vp.data());
+          copy_row(v + r * P, P, W.vp.data());
         }
         for (int64_t j = 0; j < Lc; ++j) {
           const int64_t r = row(j);
           trig(r);
-          std::copy_n(W.cs.data(), R, G.csb.data() + j * R);
-          std::copy_n(W.sn.data(), R, G.snb.data() + j * R);
+          copy_row(W.cs.data(), R, G.csb.data() + j * R);
+          copy_row(W.sn.data(), R, G.snb.data() + j * R);
           rotate_row(W, q, k, qb + hh * N, kb + hh * N, N, R, qk_row(d, r), j);
-          std::copy_n(v + r * P, P, W.V.data() + j * Pp);
+          copy_row(v + r * P, P, W.V.data() + j * Pp);
         }
         chunk_gates(W, adt, dt, trap, Lc, row);
         const T e0 = W.e[0];
-        for (int64_t n = 0; n < N; ++n) {
-          const T a = e0 * W.kp[n];
-          T* hr = W.Ht.data() + n * Pp;
-          const T* vp = W.vp.data();
+        // H0' = H0 + e_0 v_-1 k_-1^T as [P, N], in the checkpoint's layout
+        // (the same products as forward's fold: H0 + (e_0 k_-1[n]) v_-1[p]).
+        // The transposed Ht [N, P] is only needed to recompute o.
+        {
+          T* ek = G.dkv.data();
+          for (int64_t n = 0; n < N; ++n) ek[n] = e0 * W.kp[n];
+          for (int64_t p = 0; p < P; ++p) {
+            const T vpp = W.vp[p];
+            const T* hr = hck + p * N;
+            T* hp = G.Hp.data() + p * Np;
 #pragma omp simd
-          for (int64_t p = 0; p < P; ++p) hr[p] += a * vp[p];
+            for (int64_t n = 0; n < N; ++n) hp[n] = hr[n] + ek[n] * vpp;
+          }
         }
-        transpose(W.Ht.data(), Pp, N, P, G.Hp.data(), Np);  // H0' as [P, N]
+        if (!o_all) transpose(G.Hp.data(), Np, P, N, W.Ht.data(), Pp);
         transpose(W.K.data(), Np, Lc, N, W.Kt.data(), Lp);
         transpose(W.V.data(), Pp, Lc, P, G.Vt.data(), Lp);
         // Sr = Q K^T (unmasked), S = Sr o M.
@@ -322,12 +369,12 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
           const T* srr = G.Sr.data() + j * Lp;
           T* sr = W.S.data() + j * Lp;
           T* dec = G.dec.data();
-          decay_row(W.c.data(), j, dec);
+          decay_row(W.c.data(), static_cast<int>(j), dec);
           const T* w = W.w.data();
 #pragma omp simd
           for (int64_t i = 0; i < j; ++i) sr[i] = srr[i] * dec[i] * w[i];
           sr[j] = srr[j] * W.g[j];
-          std::fill(sr + j + 1, sr + Lp, T(0));
+          zero_row(sr + j + 1, Lp - j - 1);
         }
         // o (saved, else recomputed as forward does).
         if (!o_all) {
@@ -356,7 +403,7 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
               dor[p] = gyr[p] * zr[p] * sgp[p];
             }
           } else {
-            std::copy_n(gyr, P, dor);
+            copy_row(gyr, P, dor);
           }
           const T* vr = W.V.data() + j * Pp;
           T acc = 0;
@@ -376,7 +423,7 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
         std::fill_n(G.dE.begin(), Lc, T(0));
         std::fill_n(G.de.begin(), Lc, T(0));
         // dM[j, i] dec w for i < j: into dw_i (dM dec), dc_j (+dM M), dc_i (-dM M).
-        auto through_M = [&](int64_t j, const T* dM) {
+        auto through_M = [&](int j, const T* dM) {
           T* dec = G.dec.data();
           decay_row(W.c.data(), j, dec);
           const T* w = W.w.data();
@@ -384,7 +431,7 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
           T* dc = G.dc.data();
           T sum = 0;
 #pragma omp simd reduction(+ : sum)
-          for (int64_t i = 0; i < j; ++i) {
+          for (int i = 0; i < j; ++i) {
             const T gd = dM[i] * dec[i];
             dw[i] += gd;
             const T gm = gd * w[i];
@@ -400,14 +447,14 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
           T* dM = G.dM.data();
 #pragma omp simd
           for (int64_t i = 0; i <= j; ++i) dM[i] = dsr[i] * srr[i];
-          through_M(j, dM);
+          through_M(static_cast<int>(j), dM);
           // dSr = dS o M (M = S / Sr is not used: Sr may be 0).
           const T* dec = G.dec.data();
           const T* w = W.w.data();
 #pragma omp simd
           for (int64_t i = 0; i < j; ++i) dsr[i] *= dec[i] * w[i];
           dsr[j] *= W.g[j];
-          std::fill(dsr + j + 1, dsr + Lp, T(0));
+          zero_row(dsr + j + 1, Lp - j - 1);
         }
         // ---- dV = S^T dO + diag(m) K dHt + D dO ----
         gemm<T, false>(Lc, Pp, Lc, W.S.data(), 1, Lp, G.dO.data(), Pp, G.dV.data(), Pp);
@@ -428,7 +475,7 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
           }
           dmv[i] = acc;
         }
-        through_M(Lc - 1, dmv);
+        through_M(static_cast<int>(Lc - 1), dmv);
         // ---- dQ = dSr K + diag(E) dO H0'; dE_j = <(dO H0')_j, q_j> ----
         gemm<T, false>(Lc, Np, Lc, G.dS.data(), Lp, 1, W.K.data(), Np, G.dQ.data(), Np);
         gemm<T, false>(Lc, Np, P, G.dO.data(), Pp, 1, G.Hp.data(), Np, G.X.data(), Np);
@@ -459,16 +506,18 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
         // ---- dH0' = Q^T diag(E) dO + E_{L-1} dH_end; dE_{L-1} += <dH_end, H0'> ----
         gemm<T, false>(N, Pp, Lc, W.Q.data(), 1, Np, G.EdO.data(), Pp, G.dHt0.data(), Pp);
         const T El = W.E[Lc - 1];
-        T hdot = 0;
         for (int64_t n = 0; n < N; ++n) {
           const T* dhr = G.dHt.data() + n * Pp;
-          const T* hr = W.Ht.data() + n * Pp;
           T* d0 = G.dHt0.data() + n * Pp;
+#pragma omp simd
+          for (int64_t p = 0; p < P; ++p) d0[p] += El * dhr[p];
+        }
+        T hdot = 0;  // <dH_end, H0'> over dH [P, N] and H0' [P, N]
+        for (int64_t p = 0; p < P; ++p) {
+          const T* dhr = G.dH.data() + p * Np;
+          const T* hr = G.Hp.data() + p * Np;
 #pragma omp simd reduction(+ : hdot)
-          for (int64_t p = 0; p < P; ++p) {
-            hdot += dhr[p] * hr[p];
-            d0[p] += El * dhr[p];
-          }
+          for (int64_t n = 0; n < N; ++n) hdot += dhr[n] * hr[n];
         }
         G.dE[Lc - 1] += hdot;
         for (int64_t j = 0; j < Lc; ++j) G.dc[j] += G.dE[j] * W.E[j];
@@ -511,7 +560,7 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
           ddt[r] = G.dg[j] * sgv + G.de[j] * (T(1) - sgv);
           dtrap[r] = dsg * sgv * (T(1) - sgv);
           const T* dvr = G.dV.data() + j * Pp;
-          std::copy_n(dvr, P, dv + r * P);
+          copy_row(dvr, P, dv + r * P);
         }
         // ---- Rotation and angle state, last step first ----
         for (int64_t j = Lc - 1; j >= 0; --j) {
@@ -527,6 +576,9 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
 #pragma omp simd
           for (int64_t i = 0; i < R; ++i) thp[i] = math::tanh(ar[i]);
           T ddt_ang = 0;
+          // One pair per lane (the pairs' elements de-interleaved by the
+          // compiler); it was a scalar loop.
+#pragma omp simd reduction(+ : ddt_ang)
           for (int64_t i = 0; i < R; ++i) {
             const T c_ = csr[i], s_ = snr[i];
             const T a0 = dqr[2 * i], a1 = dqr[2 * i + 1], b0 = dkr[2 * i], b1 = dkr[2 * i + 1];
@@ -540,10 +592,9 @@ void backward_chunked_t(const Mamba3Scan& s, const Mamba3ScanGrads& gr) {
             dang[r * R + i] = dth * dtv * T(kPi) * (T(1) - tn * tn);
             dthc[i] = dth;
           }
-          for (int64_t n = 2 * R; n < N; ++n) {
-            dqo[n] = dqr[n];
-            dko[n] = dkr[n];
-          }
+          copy_row(dqr + 2 * R, N - 2 * R, dqo + 2 * R);
+          copy_row(dkr + 2 * R, N - 2 * R, dko + 2 * R);
+#pragma omp simd
           for (int64_t n = 0; n < N; ++n) {
             pq[n] += dqo[n];
             pk[n] += dko[n];
