@@ -15,17 +15,6 @@ using namespace testing;
 
 constexpr double kNegInf = -INFINITY;
 
-// A leaf holding x's values (contiguous copy).
-Tensor leaf_of(const Tensor& x) {
-  Tensor t;
-  {
-    NoGradGuard g;
-    t = clone(x);
-  }
-  t.requires_grad_(true);
-  return t;
-}
-
 struct Result {
   Tensor out, weights, dq, dk, dv;
 };

@@ -15,21 +15,6 @@ namespace {
 
 using namespace testing;
 
-Tensor random(const Shape& s, uint64_t seed, DType t = kF64) {
-  Generator gen(seed);
-  return to(randn(s, gen, {.dtype = kF64}), t);
-}
-
-Tensor leaf_of(const Tensor& x) {
-  Tensor t;
-  {
-    NoGradGuard g;
-    t = clone(x);
-  }
-  t.requires_grad_(true);
-  return t;
-}
-
 Tensor composed_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
   return add(mul(x, add(unsqueeze(scale, 1), 1.0)), unsqueeze(shift, 1));
 }
@@ -51,8 +36,8 @@ using Op3 = Tensor (*)(const Tensor&, const Tensor&, const Tensor&);
 // operands are chunks 1 and 4 of a [B, 6D] leaf (row stride 6D).
 void expect_matches(Op3 op, Op3 ref, bool second_is_rows, DType t, double tol) {
   const int64_t B = 3, T = 7, D = 20;
-  Tensor x = random({B, T, D}, 1, t), m = random({B, 6 * D}, 2, t), y = random({B, T, D}, 3, t),
-         g = random({B, T, D}, 4, t);
+  Tensor x = randn_seeded({B, T, D}, 1, t), m = randn_seeded({B, 6 * D}, 2, t), y = randn_seeded({B, T, D}, 3, t),
+         g = randn_seeded({B, T, D}, 4, t);
   Tensor got[4], want[4];
   for (int which = 0; which < 2; ++which) {
     Tensor xl = leaf_of(x), ml = leaf_of(m), yl = leaf_of(y);
@@ -96,8 +81,8 @@ TEST(LayerNormModulate, GradcheckAndErrors) {
       [](const std::vector<Tensor>& in) { return layer_norm_modulate(in[0], in[1], in[2], 1e-5); },
       {leaf({2, 2, 4}, 24), leaf({2, 4}, 25), leaf({2, 4}, 26)});
   EXPECT_TRUE(r.ok) << r.message;
-  Tensor x = random({2, 3, 4}, 1), s = random({2, 4}, 2);
-  EXPECT_KILN_ERROR(layer_norm_modulate(x, s, random({2, 3}, 3), 1e-6), "scale [2, 3] must be [B, D] = [2, 4]");
+  Tensor x = randn_seeded({2, 3, 4}, 1), s = randn_seeded({2, 4}, 2);
+  EXPECT_KILN_ERROR(layer_norm_modulate(x, s, randn_seeded({2, 3}, 3), 1e-6), "scale [2, 3] must be [B, D] = [2, 4]");
   EXPECT_KILN_ERROR(layer_norm_modulate(x, s, s, -1.0), "eps must be finite and >= 0, got -1");
 }
 
@@ -121,14 +106,14 @@ TEST(AdalnModulate, SecondOrder) {
 }
 
 TEST(AdalnModulate, Errors) {
-  Tensor x = random({2, 3, 4}, 1), s = random({2, 4}, 2);
-  EXPECT_KILN_ERROR(adaln_modulate(random({2, 4}, 1), s, s), "x [2, 4] must be 3-D [B, T, D]");
-  EXPECT_KILN_ERROR(adaln_modulate(x, random({2, 5}, 2), s), "shift [2, 5] must be [B, D] = [2, 4]");
-  EXPECT_KILN_ERROR(adaln_modulate(x, s, random({3, 4}, 2)), "scale [3, 4] must be [B, D] = [2, 4]");
+  Tensor x = randn_seeded({2, 3, 4}, 1), s = randn_seeded({2, 4}, 2);
+  EXPECT_KILN_ERROR(adaln_modulate(randn_seeded({2, 4}, 1), s, s), "x [2, 4] must be 3-D [B, T, D]");
+  EXPECT_KILN_ERROR(adaln_modulate(x, randn_seeded({2, 5}, 2), s), "shift [2, 5] must be [B, D] = [2, 4]");
+  EXPECT_KILN_ERROR(adaln_modulate(x, s, randn_seeded({3, 4}, 2)), "scale [3, 4] must be [B, D] = [2, 4]");
   EXPECT_KILN_ERROR(adaln_modulate(x, to(s, kF32), s), "must share one floating dtype");
   EXPECT_KILN_ERROR(adaln_modulate(x, Tensor(), s), "shift");
-  EXPECT_KILN_ERROR(gated_residual(x, s, random({2, 3, 5}, 3)), "y [2, 3, 5] must have x's shape [2, 3, 4]");
-  EXPECT_KILN_ERROR(gated_residual(x, random({2, 3}, 3), x), "gate [2, 3] must be [B, D] = [2, 4]");
+  EXPECT_KILN_ERROR(gated_residual(x, s, randn_seeded({2, 3, 5}, 3)), "y [2, 3, 5] must have x's shape [2, 3, 4]");
+  EXPECT_KILN_ERROR(gated_residual(x, randn_seeded({2, 3}, 3), x), "gate [2, 3] must be [B, D] = [2, 4]");
 }
 
 }  // namespace

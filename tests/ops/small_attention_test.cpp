@@ -19,21 +19,6 @@ namespace cpu = backend::cpu;
 
 constexpr int64_t kP = cpu::kSmallAttentionMaxKeys;
 
-Tensor random(const Shape& s, uint64_t seed, DType t = kF64) {
-  Generator gen(seed);
-  return to(randn(s, gen, {.dtype = kF64}), t);
-}
-
-Tensor leaf_of(const Tensor& x) {
-  Tensor t;
-  {
-    NoGradGuard g;
-    t = clone(x);
-  }
-  t.requires_grad_(true);
-  return t;
-}
-
 // [B, H, T, D] heads as views of a token-major [B, T, 3 H D] projection (the
 // layout MultiheadAttention hands in): part 0, 1 or 2 of it.
 Tensor heads_of(const Tensor& proj, int64_t part, int64_t H) {
@@ -58,10 +43,10 @@ TEST(SmallAttentionKernels, MatchRef) {
         const cpu::SmallAttentionShape s{.B = c.B, .H = c.H, .Tq = c.Tq, .Tk = c.Tk, .Dh = c.Dh, .Dv = c.Dv,
                                          .scale = 1.0 / std::sqrt(double(c.Dh))};
         const DType at = t == kF64 ? kF64 : kF32;
-        Tensor q = random({c.B, c.H, c.Tq, c.Dh}, ++seed, t), k = random({c.B, c.H, c.Tk, c.Dh}, ++seed, t),
-               v = random({c.B, c.H, c.Tk, c.Dv}, ++seed, t), g = random({c.B, c.H, c.Tq, c.Dv}, ++seed, t);
+        Tensor q = randn_seeded({c.B, c.H, c.Tq, c.Dh}, ++seed, t), k = randn_seeded({c.B, c.H, c.Tk, c.Dh}, ++seed, t),
+               v = randn_seeded({c.B, c.H, c.Tk, c.Dv}, ++seed, t), g = randn_seeded({c.B, c.H, c.Tq, c.Dv}, ++seed, t);
         if (c.Dh == c.Dv && c.Tq == c.Tk) {  // read in place from one projection's strided heads
-          Tensor proj = random({c.B, c.Tq, 3 * c.H * c.Dh}, ++seed, t);
+          Tensor proj = randn_seeded({c.B, c.Tq, 3 * c.H * c.Dh}, ++seed, t);
           q = heads_of(proj, 0, c.H);
           k = heads_of(proj, 1, c.H);
           v = heads_of(proj, 2, c.H);
@@ -96,8 +81,8 @@ TEST(SmallAttentionKernels, ResultsDoNotDependOnThreadCount) {
   for_each_kernel_isa([&](KernelIsa) {
     const int before = get_num_threads();
     const cpu::SmallAttentionShape s{.B = 5, .H = 4, .Tq = 49, .Tk = 49, .Dh = 32, .Dv = 32, .scale = 0.3};
-    Tensor q = random({5, 4, 49, 32}, 1, kF32), k = random({5, 4, 49, 32}, 2, kF32),
-           v = random({5, 4, 49, 32}, 3, kF32), g = random({5, 4, 49, 32}, 4, kF32);
+    Tensor q = randn_seeded({5, 4, 49, 32}, 1, kF32), k = randn_seeded({5, 4, 49, 32}, 2, kF32),
+           v = randn_seeded({5, 4, 49, 32}, 3, kF32), g = randn_seeded({5, 4, 49, 32}, 4, kF32);
     std::vector<Tensor> results[2];
     for (int threads : {1, 2}) {
       set_num_threads(threads);
@@ -136,8 +121,8 @@ TEST(SmallAttentionPath, MatchesStandardInF64) {
   uint64_t seed = 100;
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("q {} k {} v {}", to_string(c.q), to_string(c.k), to_string(c.v)));
-    Tensor q = random(c.q, ++seed), k = random(c.k, ++seed), v = random(c.v, ++seed);
-    Tensor g = random({c.q[0], c.q[1], c.q[2], c.v[3]}, ++seed);
+    Tensor q = randn_seeded(c.q, ++seed), k = randn_seeded(c.k, ++seed), v = randn_seeded(c.v, ++seed);
+    Tensor g = randn_seeded({c.q[0], c.q[1], c.q[2], c.v[3]}, ++seed);
     Result a = run(leaf_of(q), leaf_of(k), leaf_of(v), g, AttentionBackend::Standard);
     Result b = run(leaf_of(q), leaf_of(k), leaf_of(v), g, AttentionBackend::Auto);
     EXPECT_TRUE(all_close(b.out, a.out, 1e-12, 1e-13)) << "out";
@@ -154,7 +139,7 @@ TEST(SmallAttentionPath, OneProjectionGradient) {
   const int64_t B = 2, T = 49, H = 4, D = 8;
   for (DType t : {kF64, kF32}) {
     SCOPED_TRACE(name(t));
-    Tensor x = random({B, T, 3 * H * D}, 7, t), g = random({B, H, T, D}, 8, t);
+    Tensor x = randn_seeded({B, T, 3 * H * D}, 7, t), g = randn_seeded({B, H, T, D}, 8, t);
     Tensor grads[2];
     for (AttentionBackend policy : {AttentionBackend::Standard, AttentionBackend::Auto}) {
       Tensor xl = leaf_of(x);
@@ -207,8 +192,8 @@ TEST(SmallAttentionPath, SecondOrder) {
 // bf16 heads are read and written in bf16 (no f32 copies), computed in f32:
 // the result is the f32 computation on the same values, rounded.
 TEST(SmallAttentionPath, BFloat16) {
-  Tensor q = to(random({2, 2, 49, 16}, 1), kBF16), k = to(random({2, 2, 49, 16}, 2), kBF16),
-         v = to(random({2, 2, 49, 16}, 3), kBF16), g = to(random({2, 2, 49, 16}, 4), kBF16);
+  Tensor q = to(randn_seeded({2, 2, 49, 16}, 1), kBF16), k = to(randn_seeded({2, 2, 49, 16}, 2), kBF16),
+         v = to(randn_seeded({2, 2, 49, 16}, 3), kBF16), g = to(randn_seeded({2, 2, 49, 16}, 4), kBF16);
   Result b = run(leaf_of(q), leaf_of(k), leaf_of(v), g, AttentionBackend::Auto);
   Result f = run(leaf_of(to(q, kF64)), leaf_of(to(k, kF64)), leaf_of(to(v, kF64)), to(g, kF64),
                  AttentionBackend::Standard);

@@ -53,4 +53,19 @@ Tensor leaf(const Shape& shape, uint64_t seed, double lo, double hi) {
   return out;
 }
 
+Tensor leaf_of(const Tensor& x) {
+  Tensor t;
+  {
+    NoGradGuard g;
+    t = clone(x);
+  }
+  t.requires_grad_(true);
+  return t;
+}
+
+Tensor randn_seeded(const Shape& shape, uint64_t seed, DType dtype) {
+  Generator gen(seed);
+  return to(randn(shape, gen, {.dtype = kF64}), dtype);
+}
+
 }  // namespace kiln::testing

@@ -50,6 +50,11 @@ Tensor golden_tensor(const nlohmann::json& j);
 Tensor noncontiguous(const Tensor& x);
 /// Random f64 leaf with requires_grad for gradchecks, values in [lo, hi).
 Tensor leaf(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0);
+/// A leaf with requires_grad holding x's values (a contiguous copy, no history).
+Tensor leaf_of(const Tensor& x);
+/// Standard-normal values drawn in f64 from Generator(seed), then cast to dtype:
+/// the same values, rounded, whatever the dtype.
+Tensor randn_seeded(const Shape& shape, uint64_t seed, DType dtype = kF64);
 
 /// Second order: gradcheck of x -> sum_i sum(g_i^2), g = d sum(fn(x)^3) / dx
 /// computed with create_graph, so every vjp's own vjp is checked.
