@@ -33,21 +33,32 @@ void moe_group(const Tensor& experts, int64_t E, const Tensor& order, const Tens
   for (int64_t i = 0; i < M; ++i) ord[next[size_t(ex[i])]++] = i;
 }
 
+namespace {
+
+// The f32 kernel's arguments: a [rows, K] (gathered by a_rows), b per
+// expert, out [rows, N] (scattered by o_rows).
+GroupedGemm grouped_gemm_args(const Tensor& a, const Tensor& b, const std::vector<int64_t>& sizes, const Tensor& out,
+                              bool trans_b, const Tensor& a_rows, const Tensor& o_rows) {
+  return GroupedGemm{.E = int64_t(sizes.size()),
+                     .sizes = sizes.data(),
+                     .a = static_cast<const float*>(a.data_ptr()),
+                     .lda = a.size(1),
+                     .a_rows = rows_ptr(a_rows),
+                     .b = static_cast<const float*>(b.data_ptr()),
+                     .trans_b = trans_b,
+                     .K = a.size(1),
+                     .N = out.size(1),
+                     .out = static_cast<float*>(out.data_ptr()),
+                     .ldo = out.size(1),
+                     .o_rows = rows_ptr(o_rows)};
+}
+
+}  // namespace
+
 void grouped_matmul(const Tensor& a, const Tensor& b, const std::vector<int64_t>& sizes, const Tensor& out,
                     bool trans_b, const Tensor& a_rows, const Tensor& o_rows) {
   if (out.dtype() == kF32) {
-    GroupedGemm g{.E = int64_t(sizes.size()),
-                  .sizes = sizes.data(),
-                  .a = static_cast<const float*>(a.data_ptr()),
-                  .lda = a.size(1),
-                  .a_rows = rows_ptr(a_rows),
-                  .b = static_cast<const float*>(b.data_ptr()),
-                  .trans_b = trans_b,
-                  .K = a.size(1),
-                  .N = out.size(1),
-                  .out = static_cast<float*>(out.data_ptr()),
-                  .ldo = out.size(1),
-                  .o_rows = rows_ptr(o_rows)};
+    GroupedGemm g = grouped_gemm_args(a, b, sizes, out, trans_b, a_rows, o_rows);
     KILN_ISA_CALL(grouped_gemm_f32, g);
     return;
   }
@@ -58,20 +69,9 @@ void grouped_matmul(const Tensor& a, const Tensor& b, const std::vector<int64_t>
 void grouped_matmul_gelu(const Tensor& a, const Tensor& b, const std::vector<int64_t>& sizes, const Tensor& out,
                          const Tensor& gelu_grad, const Tensor& a_rows, const Tensor& o_rows) {
   KILN_CHECK(out.dtype() == kF32, "grouped_linear_gelu", "the fused kernel is f32 only, got {}", name(out.dtype()));
-  GroupedGemm g{.E = int64_t(sizes.size()),
-                .sizes = sizes.data(),
-                .a = static_cast<const float*>(a.data_ptr()),
-                .lda = a.size(1),
-                .a_rows = rows_ptr(a_rows),
-                .b = static_cast<const float*>(b.data_ptr()),
-                .trans_b = true,
-                .K = a.size(1),
-                .N = out.size(1),
-                .out = static_cast<float*>(out.data_ptr()),
-                .ldo = out.size(1),
-                .o_rows = rows_ptr(o_rows),
-                .gelu = true,
-                .gelu_grad = gelu_grad.defined() ? static_cast<float*>(gelu_grad.data_ptr()) : nullptr};
+  GroupedGemm g = grouped_gemm_args(a, b, sizes, out, /*trans_b=*/true, a_rows, o_rows);
+  g.gelu = true;
+  g.gelu_grad = gelu_grad.defined() ? static_cast<float*>(gelu_grad.data_ptr()) : nullptr;
   KILN_ISA_CALL(grouped_gemm_f32, g);
 }
 
