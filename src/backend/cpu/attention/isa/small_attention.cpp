@@ -26,6 +26,7 @@
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/parallel.h"
+#include "src/backend/cpu/block_gemm.h"
 #include "src/backend/cpu/vec_math.h"
 
 namespace kiln::backend::cpu::KILN_ISA_NS {
@@ -34,82 +35,9 @@ namespace {
 
 constexpr int64_t kP = kSmallAttentionMaxKeys;
 
-#ifdef __AVX512F__
-constexpr int kVecBytes = 64;
-constexpr int kVecRegs = 32;
-#else
-constexpr int kVecBytes = 32;
-constexpr int kVecRegs = 16;
-#endif
-// One vector register of A (GCC vector extension): W = 16 / 8 f32, 8 / 4 f64.
-template <class A>
-struct Vec {
-  typedef A type __attribute__((vector_size(kVecBytes)));
-  static constexpr int64_t W = kVecBytes / int64_t(sizeof(A));
-};
+// Vec, padded and the register-tiled product: backend/cpu/block_gemm.h.
+using block::Vec;
 static_assert(kP % Vec<float>::W == 0 && kP % Vec<double>::W == 0);
-
-template <class A>
-int64_t round_up(int64_t n) {
-  constexpr int64_t W = Vec<A>::W;
-  return (n + W - 1) / W * W;
-}
-
-// C[r][0 : NV W] = sum_k a[r sam + k sak] * b[k ldb + 0 : NV W] for r < RM,
-// the RM x NV accumulators held in registers over k.
-template <class A, int RM, int NV>
-inline void tile(int64_t K, const A* a, int64_t sam, int64_t sak, const A* b, int64_t ldb, A* c, int64_t ldc) {
-  using V = typename Vec<A>::type;
-  constexpr int64_t W = Vec<A>::W;
-  V acc[RM][NV];
-  for (int r = 0; r < RM; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = V{};
-  for (int64_t k = 0; k < K; ++k) {
-    V bv[NV];
-    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], b + k * ldb + v * W, sizeof(V));
-    for (int r = 0; r < RM; ++r) {
-      const A s = a[r * sam + k * sak];
-      for (int v = 0; v < NV; ++v) acc[r][v] += s * bv[v];
-    }
-  }
-  for (int r = 0; r < RM; ++r)
-    for (int v = 0; v < NV; ++v) std::memcpy(c + r * ldc + v * W, &acc[r][v], sizeof(V));
-}
-
-// NV W columns of C for all M rows, RM rows at a time (RM x NV accumulators,
-// NV loads of b and one broadcast within the register file).
-template <class A, int NV>
-inline void cols(int64_t M, int64_t K, const A* a, int64_t sam, int64_t sak, const A* b, int64_t ldb, A* c,
-                 int64_t ldc) {
-  constexpr int RM = kVecRegs == 32 ? (NV <= 2 ? 8 : 4) : (NV == 1 ? 8 : NV == 2 ? 4 : 2);
-  int64_t m = 0;
-  for (; m + RM <= M; m += RM) tile<A, RM, NV>(K, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
-  for (; m < M; ++m) tile<A, 1, NV>(K, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
-}
-
-// C [M, N] = A [M, K] @ B [K, N], element (m, k) of A at a[m sam + k sak], B
-// and C row-major with leading dims ldb, ldc; N a multiple of W.
-template <class A>
-void gemm(int64_t M, int64_t N, int64_t K, const A* a, int64_t sam, int64_t sak, const A* b, int64_t ldb, A* c,
-          int64_t ldc) {
-  constexpr int64_t W = Vec<A>::W;
-  constexpr int kWide = kVecRegs == 32 ? 4 : 2;
-  int64_t n = 0;
-  for (; n + kWide * W <= N; n += kWide * W) cols<A, kWide>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
-  while (n < N) {  // the rest in the widest tiles that fit (N = 32 f32 columns: one NV 2 pass on AVX-512)
-    const int64_t r = (N - n) / W;
-    if (kVecRegs == 32 && r >= 3) {
-      cols<A, 3>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
-      n += 3 * W;
-    } else if (r >= 2) {
-      cols<A, 2>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
-      n += 2 * W;
-    } else {
-      cols<A, 1>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
-      n += W;
-    }
-  }
-}
 
 // Reads and writes one (b, h) head of a [B, H, T, D] tensor of T with a unit
 // last stride.
@@ -214,7 +142,7 @@ void forward(const SmallAttentionShape& s, const Tensor& q, const Tensor& k, con
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const Head<T> Q(q), K(k), V(v), O(out);
   A* P = static_cast<A*>(probs.data_ptr());
-  const int64_t Tq = s.Tq, Tk = s.Tk, Dhp = round_up<A>(s.Dh), Dvp = round_up<A>(s.Dv);
+  const int64_t Tq = s.Tq, Tk = s.Tk, Dhp = block::padded<A>(s.Dh), Dvp = block::padded<A>(s.Dv);
   parallel_for(0, s.B * s.H, kGrain, [&](int64_t lo, int64_t hi) {
     std::vector<A> buf(size_t(Tq * Dhp + Tk * Dhp + Dhp * kP + kP * Dvp + Tq * Dvp));
     A *qf = buf.data(), *kf = qf + Tq * Dhp, *kt = kf + Tk * Dhp, *vf = kt + Dhp * kP, *of = vf + kP * Dvp;
@@ -231,7 +159,7 @@ void forward(const SmallAttentionShape& s, const Tensor& q, const Tensor& k, con
       transpose_into(kf, Tk, Dhp, A(s.scale), kt);
       pack(V, b, h, Tk, s.Dv, Dvp, A(1), vf);
       A* p = P + bh * Tq * kP;
-      gemm<A>(Tq, kP, Dhp, qf, Dhp, 1, kt, kP, p, kP);  // scores [Tq, kP]
+      block::gemm_wide<A>(Tq, kP, Dhp, qf, Dhp, 1, kt, kP, p, kP);  // scores [Tq, kP]
       for (int64_t i = 0; i < Tq; ++i) {  // softmax over the Tk keys, 0 past them
         A* row = p + i * kP;
         for (int64_t j = Tk; j < kP; ++j) row[j] = -std::numeric_limits<A>::infinity();
@@ -241,7 +169,7 @@ void forward(const SmallAttentionShape& s, const Tensor& q, const Tensor& k, con
         const A inv = A(1) / row_dot<A>(row, nullptr);
         for (int64_t j = 0; j < kP; ++j) row[j] *= inv;
       }
-      gemm<A>(Tq, Dvp, Tk, p, kP, 1, vf, Dvp, of, Dvp);  // P V [Tq, Dvp]
+      block::gemm_wide<A>(Tq, Dvp, Tk, p, kP, 1, vf, Dvp, of, Dvp);  // P V [Tq, Dvp]
       unpack(of, Tq, s.Dv, Dvp, O, b, h);
     }
   });
@@ -253,7 +181,7 @@ void backward(const SmallAttentionShape& s, const Tensor& q, const Tensor& k, co
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const Head<T> Q(q), K(k), V(v), G(dout), DQ(dq), DK(dk), DV(dv);
   const A* P = static_cast<const A*>(probs.data_ptr());
-  const int64_t Tq = s.Tq, Tk = s.Tk, Dhp = round_up<A>(s.Dh), Dvp = round_up<A>(s.Dv);
+  const int64_t Tq = s.Tq, Tk = s.Tk, Dhp = block::padded<A>(s.Dh), Dvp = block::padded<A>(s.Dv);
   const A scale = A(s.scale);
   parallel_for(0, s.B * s.H, kGrain, [&](int64_t lo, int64_t hi) {
     std::vector<A> buf(
@@ -275,16 +203,16 @@ void backward(const SmallAttentionShape& s, const Tensor& q, const Tensor& k, co
       transpose_into(vf, Tk, Dvp, A(1), vt);
       pack(G, b, h, Tq, s.Dv, Dvp, A(1), gf);
       const A* p = P + bh * Tq * kP;
-      gemm<A>(Tq, kP, Dvp, gf, Dvp, 1, vt, kP, ds, kP);  // dP = dout V^T [Tq, kP]
+      block::gemm_wide<A>(Tq, kP, Dvp, gf, Dvp, 1, vt, kP, ds, kP);  // dP = dout V^T [Tq, kP]
       for (int64_t i = 0; i < Tq; ++i) {  // dS = scale P (dP - rowsum(P dP)); 0 past Tk as P is
         const A* pr = p + i * kP;
         A* dr = ds + i * kP;
         const A delta = row_dot(pr, dr);
         for (int64_t j = 0; j < kP; ++j) dr[j] = scale * pr[j] * (dr[j] - delta);
       }
-      gemm<A>(Tq, Dhp, Tk, ds, kP, 1, kf, Dhp, gq, Dhp);  // dQ = dS K
-      gemm<A>(Tk, Dhp, Tq, ds, 1, kP, qf, Dhp, gk, Dhp);  // dK = dS^T Q
-      gemm<A>(Tk, Dvp, Tq, p, 1, kP, gf, Dvp, gv, Dvp);   // dV = P^T dout
+      block::gemm_wide<A>(Tq, Dhp, Tk, ds, kP, 1, kf, Dhp, gq, Dhp);  // dQ = dS K
+      block::gemm_wide<A>(Tk, Dhp, Tq, ds, 1, kP, qf, Dhp, gk, Dhp);  // dK = dS^T Q
+      block::gemm_wide<A>(Tk, Dvp, Tq, p, 1, kP, gf, Dvp, gv, Dvp);   // dV = P^T dout
       unpack(gq, Tq, s.Dh, Dhp, DQ, b, h);
       unpack(gk, Tk, s.Dh, Dhp, DK, b, h);
       unpack(gv, Tk, s.Dv, Dvp, DV, b, h);

@@ -2,7 +2,7 @@
 // once per kernel ISA (NOTE [Per-ISA kernels] in CMakeLists.txt). One task
 // per (batch, head) pair as in isa/ssm.cpp, so results do not depend on the
 // thread count; inside a task the sequence is cut into chunks of L steps and
-// each chunk is a handful of block products (isa/block_gemm.h).
+// each chunk is a handful of block products (backend/cpu/block_gemm.h).
 //
 // NOTE [Mamba-3 chunked scan]: within a chunk (local steps j = 0..L-1, the
 // state H0 [P, N] before it, (k_-1, v_-1) the last rotated key and value
@@ -36,7 +36,7 @@
 #include "kiln/core/parallel.h"
 #include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/elementwise/elementwise_math.h"
-#include "src/backend/cpu/ssm/isa/block_gemm.h"
+#include "src/backend/cpu/block_gemm.h"
 #include "src/backend/cpu/ssm/isa/scan_common.h"
 #include "src/backend/cpu/ssm/isa/ssm.h"
 
