@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "apps/kiln/distributed_job.h"
@@ -105,15 +106,18 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
   // steps that leave the model as it was (rank 0 probes, before the model is
   // wrapped; the budget is each process'); a resumed run keeps its batch.
   int64_t wanted_batch = o.batch_size;
+  std::optional<train::MemoryFit> fit;  // rank 0's, when it probed
   if (!o.memory_budget.empty()) {
     const int64_t budget = parse_memory_budget(kOp, o.memory_budget);
     if (run.resuming() && run.saved_config().contains("batch_size")) {
       wanted_batch = run.saved_config()["batch_size"].get<int64_t>();
       fmt::print(log, "--memory-budget: resuming with the run's batch {}\n", wanted_batch);
     } else {
+      fit.emplace();
       wanted_batch = fit_batch_to_memory(kOp, ranks, *task, *train_set, budget,
                                          {.max_batch = std::max<int64_t>(1, train_set->size() / ranks.world_size())},
-                                         log, "image");
+                                         log, "image", &*fit);
+      if (!ranks.primary()) fit.reset();
     }
   }
   std::shared_ptr<train::DistributedHooks> sync = ranks.wrap(*model);  // rank 0's weights, summed gradients
@@ -166,6 +170,7 @@ FashionMnistResult train_fashion_mnist(const FashionMnistOptions& o) {
       std::make_shared<train::Summary>(),
       checkpoints,  // its checkpoints hold the other callbacks' epoch-end state
       writer ? std::make_shared<ReleasePreviousRun>(run.folder(), checkpoints) : nullptr,
+      fit ? std::make_shared<MemoryBudgetReport>(*fit) : nullptr,
   };
   std::erase(callbacks, nullptr);  // the writers, on ranks other than 0
   train::Trainer trainer(epochs, callbacks,

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "apps/kiln/distributed_job.h"
@@ -459,10 +460,13 @@ LmResult train_lm(const LmOptions& options) {
   // whose peak fits, from three probe steps that leave the model, the
   // optimizer and the generators as they were; rank 0 probes, before the
   // model is wrapped, and every rank takes its choice.
+  std::optional<train::MemoryFit> fit;  // rank 0's, when it probed
   if (memory_budget >= 0 && resume.empty()) {
     auto probe_set = std::make_shared<RandomWindows>(train_split, 1024, train_seed);
+    fit.emplace();
     o.batch_size = fit_batch_to_memory(kOp, ranks, task, *probe_set, memory_budget,
-                                       {.max_batch = kMaxBatchTokens / o.block_size}, log, "sequence");
+                                       {.max_batch = kMaxBatchTokens / o.block_size}, log, "sequence", &*fit);
+    if (!ranks.primary()) fit.reset();
   }
   if (o.compile) task.compile();
   std::shared_ptr<train::DistributedHooks> sync = ranks.wrap(*model);  // rank 0's weights, summed gradients
@@ -518,6 +522,7 @@ LmResult train_lm(const LmOptions& options) {
       std::make_shared<train::Summary>(),
       checkpoints,  // its checkpoints hold the other callbacks' state
       writer ? std::make_shared<ReleasePreviousRun>(run.folder(), checkpoints) : nullptr,
+      fit ? std::make_shared<MemoryBudgetReport>(*fit) : nullptr,
   };
   std::erase(callbacks, nullptr);  // the writers, on ranks other than 0
   train::Trainer trainer(1, callbacks,

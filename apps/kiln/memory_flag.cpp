@@ -9,7 +9,9 @@
 
 #include "apps/kiln/distributed_job.h"
 #include "kiln/core/error.h"
+#include "kiln/core/allocator.h"
 #include "kiln/train/task.h"
+#include "kiln/train/trainer.h"
 
 namespace kiln::app {
 
@@ -33,7 +35,7 @@ int64_t parse_memory_budget(const std::string& op, const std::string& text) {
 
 int64_t fit_batch_to_memory(const std::string& op, const JobDistribution& ranks, train::Task& task,
                             const data::Dataset& data, int64_t budget_bytes, train::MemoryFitOptions options,
-                            std::ostream& log, const std::string& unit) {
+                            std::ostream& log, const std::string& unit, train::MemoryFit* fit_out) {
   int64_t per_rank = 0;
   if (ranks.primary()) {
     int64_t budget = budget_bytes;
@@ -48,16 +50,26 @@ int64_t fit_batch_to_memory(const std::string& op, const JobDistribution& ranks,
     train::MemoryFit fit = train::fit_to_memory(task, data, budget, options);
     per_rank = fit.batch;
     const double kib = fit.bytes_per_item / 1024.0;
-    fmt::print(log,
-               "--memory-budget {} MiB{}: batch {} (predicted peak {:.1f} MiB, measured {:.1f} MiB; {:.1f} KiB per {})\n",
-               fit.budget_bytes >> 20, ranks.active() ? " per rank" : "", per_rank,
-               fit.predicted_peak_bytes / 1048576.0, fit.measured_peak_bytes / 1048576.0, kib, unit);
+    fmt::print(log, "--memory-budget {} MiB{}: batch {} (predicted peak {:.1f} MiB; {:.1f} KiB per {}; probes", fit.budget_bytes >> 20,
+               ranks.active() ? " per rank" : "", per_rank, fit.predicted_peak_bytes / 1048576.0, kib, unit);
+    for (const train::MemoryProbe& p : fit.probes) fmt::print(log, " {}: {:.1f} MiB", p.batch, p.peak_bytes / 1048576.0);
+    fmt::print(log, ")\n");
+    if (fit_out) *fit_out = fit;
     if (ranks.active())
       fmt::print(log, "--memory-budget: {} per rank x {} ranks = global batch {}\n", per_rank, ranks.world_size(),
                  per_rank * ranks.world_size());
   }
   per_rank = ranks.from_primary(per_rank);
   return per_rank * ranks.world_size();
+}
+
+void MemoryBudgetReport::on_train_begin(train::Trainer&) { reset_peak_memory_stats(); }
+
+void MemoryBudgetReport::on_train_end(train::Trainer& trainer) {
+  const double peak = double(memory_stats().peak_bytes), predicted = double(fit_.predicted_peak_bytes);
+  fmt::print(trainer.out(), "--memory-budget {} MiB: peak during training {:.1f} MiB ({:.2f}x the budget; predicted {:.1f} MiB, {:+.1f}%)\n",
+             fit_.budget_bytes >> 20, peak / 1048576.0, peak / double(fit_.budget_bytes), predicted / 1048576.0,
+             peak > 0 ? (predicted - peak) / peak * 100.0 : 0.0);
 }
 
 }  // namespace kiln::app

@@ -57,8 +57,6 @@ int64_t cgroup_headroom() {
   return std::max<int64_t>(0, limit - usage);
 }
 
-constexpr int kMaxProbes = 7;
-
 struct Measured {
   int64_t before = 0, peak = 0, after = 0;  // current bytes before, peak during, current after
 };
@@ -99,119 +97,73 @@ MemoryFit fit_to_memory(const std::function<void(int64_t)>& probe, int64_t budge
 
   MemoryFit fit;
   fit.budget_bytes = budget_bytes;
+  const double target = double(budget_bytes) * (1.0 - o.headroom);
   // Probe 1 allocates what persists (optimizer moments) during its step, so
-  // its rise is not a steady step's; probe 2 runs the same batch again in the
-  // steady state, where a probe's rise above what existed before it is exact.
+  // its rise is not a steady step's.
   const Measured warm = measure(probe, b1);
-  const Measured m1 = measure(probe, b1);
-  const double t1 = double(m1.peak - m1.before);
-  // Probe 3 where about a quarter of the budget goes to the step, by probe
-  // 2's bytes per item: the fit is then made among large tensors.
+  // Probe 2, in the steady state (a probe's rise above what existed before it
+  // is exact there), where about half of the room goes to the step, by probe
+  // 1's rise per item: an overestimate (it holds the new state and the fixed
+  // part), so probe 2 stays well inside the budget.
   int64_t b2 = o.second_probe;
   if (b2 <= 0) {
-    const double per_item = std::max(1.0, t1 / double(b1));
-    const double quarter = std::max(0.0, double(budget_bytes - m1.after) / 4.0);
-    b2 = std::max<int64_t>(2 * b1, int64_t(quarter / per_item));
+    const double per_item = std::max(1.0, double(warm.peak - warm.before) / double(b1));
+    b2 = std::max<int64_t>(2 * b1, int64_t(std::max(0.0, target - double(warm.after)) / 2.0 / per_item));
   }
   b2 = std::clamp(b2, o.min_batch, o.max_batch);
   if (b2 == b1) b2 = b1 < o.max_batch ? b1 + 1 : b1 - 1;
-  Measured m2 = measure(probe, b2);
-  fit.probes.push_back({b1, warm.peak, 0});
-  fit.probes.push_back({b1, m1.peak, 0});
-  fit.probes.push_back({b2, m2.peak, 0});
-  fit.persistent_bytes = m2.after;
+  const Measured m2 = measure(probe, b2);
   const double t2 = double(m2.peak - m2.before);
+  // Probe 3 near the choice. Two estimates of the batch that reaches the
+  // target, each at or below it (on a straight line), the larger taken:
+  // - probe 2's rise per item with no fixed part (fixed >= 0);
+  // - the line through probe 2 and a lower bound of probe 1's steady rise,
+  //   peak1 - after1 (what probe 1 rose above the state it left: the new
+  //   state was not all there at its peak), whose slope is then an upper bound.
+  // Two steady probes, one close to the choice, keep the line's error there
+  // small although the peak is a staircase in b (the allocator rounds blocks
+  // to size classes).
+  const double room2 = target - double(m2.before);
+  int64_t b3 = int64_t(std::max(0.0, room2) / std::max(1.0, t2 / double(b2)));
+  if (const double slope = (t2 - double(warm.peak - warm.after)) / double(b2 - b1); slope > 0)
+    b3 = std::max<int64_t>(b3, b2 + int64_t(std::floor((room2 - t2) / slope)));
+  b3 = std::clamp(b3, o.min_batch, o.max_batch);
+  if (b3 == b2) b3 = b2 < o.max_batch ? b2 + 1 : b2 - 1;
+  const Measured m3 = measure(probe, b3);
+  const double t3 = double(m3.peak - m3.before);
+  fit.probes = {{b1, warm.peak}, {b2, m2.peak}, {b3, m3.peak}};
+  fit.persistent_bytes = m3.before;  // the state between steady steps
   // The model peak(b) = persistent + fixed + per_item * b: the line through
-  // two (batch, rise) points.
-  struct Point {
-    int64_t b;
-    double rise;
-  };
-  auto fit_line = [&](Point p, Point q) {
-    fit.bytes_per_item = std::max(1.0, (q.rise - p.rise) / double(q.b - p.b));
-    fit.fixed_bytes = int64_t(std::llround(q.rise - fit.bytes_per_item * double(q.b)));
-  };
+  // probes 2 and 3.
+  fit.bytes_per_item = std::max(1.0, (t3 - t2) / double(b3 - b2));
+  fit.fixed_bytes = int64_t(std::llround(t3 - fit.bytes_per_item * double(b3)));
   auto predict = [&](int64_t b) {
     return fit.persistent_bytes + fit.fixed_bytes + int64_t(std::llround(fit.bytes_per_item * double(b)));
   };
-  // The largest batch the line puts at or below (1 - headroom) x budget.
-  // Below min_batch when none is.
-  auto largest_fitting = [&] {
-    const double room = double(budget_bytes) * (1.0 - o.headroom) - double(fit.persistent_bytes + fit.fixed_bytes);
-    int64_t b = room > 0 ? int64_t(std::floor(room / fit.bytes_per_item)) : 0;
-    b = std::min(b, o.max_batch);
-    return b - b % o.multiple;
-  };
-  auto choose = [&] {
-    const int64_t b = largest_fitting();
-    KILN_CHECK(b >= o.min_batch, op,
-               "even batch {} does not fit a budget of {} MiB (persistent {:.1f} MiB, {:.1f} KiB per item)",
-               o.min_batch, budget_bytes >> 20, fit.persistent_bytes / 1048576.0, fit.bytes_per_item / 1024.0);
-    return b;
-  };
-  auto measure_choice = [&](int64_t b) {
-    fit.batch = b;
-    fit.predicted_peak_bytes = predict(b);
-    Measured m = measure(probe, b);
-    fit.probes.push_back({b, m.peak, fit.predicted_peak_bytes});
-    fit.measured_peak_bytes = m.peak;
-    return m;
-  };
-  Point last{b2, t2};
-  fit_line({b1, t1}, last);
-  fit.batch = choose();
-  fit.predicted_peak_bytes = predict(fit.batch);
-  if (!o.verify) return fit;
-  // Probe 4 measures the choice. The rise is close to but not exactly linear
-  // in b (the allocator rounds blocks to size classes: a staircase), so while
-  // the choice measures over the budget or more than 2% off its prediction,
-  // the line through the last two probes (a secant, exact at both) chooses
-  // again and the next probe measures that.
-  Measured m = measure_choice(fit.batch);
-  while (int(fit.probes.size()) < kMaxProbes) {
-    const bool fits = m.peak <= budget_bytes;
-    if (fits && std::abs(double(fit.predicted_peak_bytes - m.peak)) <= 0.02 * double(m.peak)) break;
-    const Point now{fit.batch, double(m.peak - m.before)};
-    // On one stair of the staircase (or reversed by it) the secant says nothing.
-    if ((now.rise - last.rise) * double(now.b - last.b) <= 0) break;
-    fit_line(last, now);
-    last = now;
-    const int64_t again = largest_fitting();
-    if (again == fit.batch || again < o.min_batch) break;
-    m = measure_choice(again);
-  }
-  if (m.peak > budget_bytes) {
-    // Over the budget after all. The largest steady-state probe that fitted
-    // is a measured choice; without one, shrink the transient part by the
-    // overshoot (not probed again).
-    const MemoryProbe* fitted = nullptr;
-    for (size_t i = 1; i < fit.probes.size(); ++i)
-      if (fit.probes[i].peak_bytes <= budget_bytes && fit.probes[i].batch % o.multiple == 0 &&
-          (!fitted || fit.probes[i].batch > fitted->batch))
-        fitted = &fit.probes[i];
-    if (fitted) {
-      fit.batch = fitted->batch;
-      fit.predicted_peak_bytes = fitted->predicted_bytes > 0 ? fitted->predicted_bytes : predict(fitted->batch);
-      fit.measured_peak_bytes = fitted->peak_bytes;
-      return fit;
-    }
-    const int64_t b = fit.batch;
-    const double transient = double(m.peak - m.before);
-    const double allowed = double(budget_bytes - m.before);
-    int64_t smaller = transient > 0 ? int64_t(std::floor(double(b) * allowed / transient)) : b;
-    smaller -= smaller % o.multiple;
-    KILN_CHECK(smaller >= o.min_batch, op, "batch {} measured {} MiB, over the budget of {} MiB", b, m.peak >> 20,
-               budget_bytes >> 20);
-    fit.batch = smaller;
-    fit.predicted_peak_bytes = predict(smaller);
-    fit.measured_peak_bytes = 0;
-  }
+  // The largest batch the line puts at or below the target, rounded down to
+  // `multiple`.
+  const double room = target - double(fit.persistent_bytes + fit.fixed_bytes);
+  int64_t b = room > 0 ? int64_t(std::floor(room / fit.bytes_per_item)) : 0;
+  b = std::min(b, o.max_batch);
+  b -= b % o.multiple;
+  // A measurement beats the line: when probe 3 fitted and the line puts the
+  // choice below it (a stair), probe 3's batch is the choice.
+  if (m3.peak <= budget_bytes && b3 % o.multiple == 0 && b3 > b) b = b3;
+  KILN_CHECK(b >= o.min_batch, op,
+             "even batch {} does not fit a budget of {} MiB (persistent {:.1f} MiB, {:.1f} KiB per item)", o.min_batch,
+             budget_bytes >> 20, fit.persistent_bytes / 1048576.0, fit.bytes_per_item / 1024.0);
+  fit.batch = b;
+  fit.predicted_peak_bytes = predict(b);
+  for (MemoryProbe& p : fit.probes)
+    if (&p != &fit.probes.front()) p.predicted_bytes = predict(p.batch);
+  if (b == b3) fit.measured_peak_bytes = m3.peak;
   return fit;
 }
 
 MemoryFit fit_to_memory(Task& task, const data::Dataset& data, int64_t budget_bytes, const MemoryFitOptions& o) {
   constexpr const char* op = "fit_to_memory";
   KILN_CHECK(data.size() > 0, op, "the data set is empty");
+  KILN_CHECK(o.batch_buffers >= 1, op, "batch_buffers must be at least 1, got {}", o.batch_buffers);
   // Saved before and restored after: the probes step the optimizer and draw
   // from the generators. A file, since io::Checkpoint restores from one.
   const std::string saved = (std::filesystem::temp_directory_path() /
@@ -238,6 +190,13 @@ MemoryFit fit_to_memory(Task& task, const data::Dataset& data, int64_t budget_by
       }
     }
     data.gather(idx, batch);
+    // The run's other batch buffers (the loader's prefetched and recycled
+    // ones), alive during its steps: measured with the step.
+    std::vector<Tensor> buffers;
+    for (int i = 1; i < o.batch_buffers; ++i) {
+      buffers.push_back(Tensor::empty(batch.input.shape(), batch.input.dtype()));
+      if (batch.target.defined()) buffers.push_back(Tensor::empty(batch.target.shape(), batch.target.dtype()));
+    }
     task.model().train();
     task.training_step(batch);
     task.model().eval();

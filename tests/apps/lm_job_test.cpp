@@ -109,6 +109,7 @@ TEST(LmJob, MemoryBudgetPicksTheBatchAndAResumeKeepsIt) {
   const std::string text = log.str();
   EXPECT_NE(text.find(fmt::format("--memory-budget 24 MiB: batch {} (predicted peak", r.batch_size)),
             std::string::npos) << text;
+  EXPECT_NE(text.find("--memory-budget 24 MiB: peak during training"), std::string::npos) << text;
   EXPECT_GT(r.batch_size, 8) << text;  // a tiny model: far more than the default fits
   EXPECT_NE(text.find(fmt::format("batch {} ·", r.batch_size)), std::string::npos) << text;
   EXPECT_EQ(r.iters, 4);
