@@ -12,12 +12,14 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <random>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/generator.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/core/node.h"
 #include "kiln/core/replay.h"
 #include "kiln/core/replay_fusion.h"
 #include "kiln/core/storage.h"
@@ -103,6 +105,27 @@ Buffers analyse(const replay::Recorder& rec) {
     else if (!external.count(st.get())) b.temporary.insert(st.get());
   }
   return b;
+}
+
+// The step's autograd graph after the step: a recorded closure holds the
+// tensors its kernel reached, and a tensor an op made holds its grad_fn, so
+// the closures keep every Node of the step alive, and with each Node what its
+// vjp captured besides its saved tensors (max pooling's argmax taps, ...):
+// memory eager frees at the end of the step, which the passes would see as
+// held from outside. A tensor every reference of which is a closure's is
+// never named again (NOTE [Buffers of a recording]), so its grad_fn is never
+// used: dropping it frees the graph. Repeated until nothing changes (a freed
+// Node may leave more tensors held by closures alone).
+void release_graph(const replay::Recorder& rec) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& [key, use] : rec.impls()) {
+      std::shared_ptr<TensorImpl> sp = use.impl.lock();
+      if (!sp || !sp->autograd || !sp->autograd->grad_fn || sp.use_count() - 1 != use.closure_refs) continue;
+      sp->autograd->grad_fn.reset();
+      changed = true;
+    }
+  }
 }
 
 // The Fusion pass's note of each launch (-1: none), kept parallel to the
@@ -563,31 +586,6 @@ PassReport plan_memory(replay::Recorder& rec, int64_t& held_bytes, const std::ve
   std::vector<size_t> live_places;
   for (size_t p = 0; p < places.size(); ++p)
     if (!places[p].members.empty()) live_places.push_back(p);
-  // Greedy by size, largest first: each place goes to the lowest offset
-  // where it overlaps no placed one whose lifetime overlaps its own.
-  std::vector<size_t> order = live_places;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t c) { return places[a].bytes > places[c].bytes; });
-  std::vector<size_t> placed;
-  size_t total = 0, separate = 0;
-  for (const Life& l : lives) separate += l.bytes;
-  for (size_t k : order) {
-    Place& l = places[k];
-    std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of placed places alive at once
-    for (size_t p : placed) {
-      const Place& o = places[p];
-      if (o.first <= l.last && l.first <= o.last) busy.emplace_back(o.offset, o.offset + o.bytes);
-    }
-    std::sort(busy.begin(), busy.end());
-    size_t at = 0;
-    for (auto [lo, hi] : busy) {
-      if (at + l.bytes <= lo) break;
-      at = std::max(at, hi);
-    }
-    l.offset = at;
-    total = std::max(total, at + l.bytes);
-    placed.push_back(k);
-  }
   // The lower bound of any placement of these places: the most bytes alive at one launch.
   size_t most_live = 0, peak_at = 0;
   {
@@ -600,6 +598,81 @@ PassReport plan_memory(replay::Recorder& rec, int64_t& held_bytes, const std::ve
     for (size_t i = 0; i < delta.size(); ++i)
       if (size_t(live += delta[i]) > most_live) most_live = size_t(live), peak_at = i;
   }
+  // Greedy placement: in a given order, each place goes to a free gap among
+  // the placed ones whose lifetimes overlap its own: the lowest that fits
+  // (first fit) or the tightest (best fit). No order is best for every
+  // step, so a few are tried and the smallest arena kept (the step's
+  // buffers are a few hundred at most; this runs once per recording).
+  size_t separate = 0;
+  for (const Life& l : lives) separate += l.bytes;
+  auto place_all = [&](const std::vector<size_t>& order, bool best_fit, std::vector<size_t>& offset) {
+    size_t total = 0;
+    std::vector<size_t> placed;
+    for (size_t k : order) {
+      const Place& l = places[k];
+      std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of placed places alive at once
+      for (size_t p : placed) {
+        const Place& o = places[p];
+        if (o.first <= l.last && l.first <= o.last) busy.emplace_back(offset[p], offset[p] + o.bytes);
+      }
+      std::sort(busy.begin(), busy.end());
+      size_t at = SIZE_MAX, gap = SIZE_MAX, end = 0;
+      for (auto [lo, hi] : busy) {
+        if (lo >= end + l.bytes && (!best_fit || lo - end < gap)) {
+          at = end, gap = lo - end;
+          if (!best_fit) break;
+        }
+        end = std::max(end, hi);
+      }
+      if (at == SIZE_MAX) at = end;  // above every placed one
+      offset[k] = at;
+      total = std::max(total, at + l.bytes);
+      placed.push_back(k);
+    }
+    return total;
+  };
+  std::vector<std::vector<size_t>> orders(4, live_places);
+  auto by = [&](std::vector<size_t>& o, auto key) {
+    std::stable_sort(o.begin(), o.end(), [&](size_t a, size_t c) { return key(places[a]) > key(places[c]); });
+  };
+  by(orders[0], [](const Place& p) { return double(p.bytes); });                                   // largest first
+  by(orders[1], [](const Place& p) { return double(p.bytes) * double(p.last - p.first + 1); });  // most byte-launches
+  by(orders[2], [](const Place& p) { return double(p.last - p.first); });                         // longest lived
+  by(orders[3], [](const Place& p) { return -double(p.first) - 1e-12 * double(p.bytes); });      // earliest first
+  size_t total = SIZE_MAX;
+  std::vector<size_t> offset(places.size(), 0), trial(places.size(), 0), best_order;
+  bool best_fit_used = false;
+  for (const auto& order : orders)
+    for (bool best_fit : {false, true}) {
+      const size_t t = place_all(order, best_fit, trial);
+      if (t < total) total = t, offset = trial, best_order = order, best_fit_used = best_fit;
+    }
+  // Then a local search over the order (deterministic: a fixed seed), while
+  // the arena is above the lower bound: move one place elsewhere in the
+  // order, keep the move when the arena is no larger. Bounded work: about
+  // 4e7 overlap tests, so a step of a thousand buffers searches a little.
+  if (!live_places.empty() && total > most_live) {
+    const size_t n = best_order.size();
+    const int64_t iters = std::min<int64_t>(3000, int64_t(4e7 / (double(n) * double(n) + 1.0)));
+    std::mt19937_64 rng(0x6b696c6e);
+    std::vector<size_t> cand;
+    for (int64_t it = 0; it < iters && total > most_live && n > 1; ++it) {
+      cand = best_order;
+      const size_t from = size_t(rng() % n), to = size_t(rng() % n);
+      const size_t moved = cand[from];
+      cand.erase(cand.begin() + int64_t(from));
+      cand.insert(cand.begin() + int64_t(to), moved);
+      const size_t t = place_all(cand, best_fit_used, trial);
+      if (t <= total) {
+        if (t < total) offset = trial;
+        total = t;
+        best_order.swap(cand);
+      }
+    }
+    place_all(best_order, best_fit_used, offset);  // the kept order's offsets
+  }
+  if (live_places.empty()) total = 0;
+  for (size_t p : live_places) places[p].offset = offset[p];
   // KILN_COMPILE_PLAN=1: what the arena holds at its fullest launch, largest first.
   if (const char* v = std::getenv("KILN_COMPILE_PLAN"); v && std::string(v) == "1" && !lives.empty()) {
     std::fprintf(stderr, "memory plan: arena %zu bytes, %zu bytes alive at launch %zu (%s); alive there:\n", total,
@@ -619,9 +692,37 @@ PassReport plan_memory(replay::Recorder& rec, int64_t& held_bytes, const std::ve
                    ops.c_str());
     }
   }
+  if (const char* v = std::getenv("KILN_COMPILE_PLAN"); v && std::string(v) == "2")
+    for (size_t p : live_places)
+      if (places[p].bytes >= 65536)
+        std::fprintf(stderr, "  place %zu bytes [%zu..%zu] at %zu (%s)\n", places[p].bytes, places[p].first,
+                     places[p].last, places[p].offset, launches[places[p].first].op);
   int64_t kept_bytes = 0;
+  std::vector<std::pair<size_t, std::string>> kept_sizes;
   for (const auto& st : rec.storages())
-    if (!index.count(st.get())) kept_bytes += int64_t(st->nbytes());
+    if (!index.count(st.get())) {
+      kept_bytes += int64_t(st->nbytes());
+      auto it = b.impls.find(st.get());
+      std::string what = "?";
+      if (it != b.impls.end() && !it->second.empty()) {
+        const Tensor t(it->second.front());
+        what = fmt::format("{} {}", name(t.dtype()), to_string(t.shape()));
+        for (const replay::Launch& l : launches)
+          if (std::find(l.touched.begin(), l.touched.end(), st.get()) != l.touched.end()) {
+            what += fmt::format(" by {}", l.op);
+            break;
+          }
+      }
+      kept_sizes.emplace_back(st->nbytes(), what);
+    }
+  if (const char* v = std::getenv("KILN_COMPILE_PLAN"); v && std::string(v) == "1") {
+    std::sort(kept_sizes.rbegin(), kept_sizes.rend());
+    std::string sizes;
+    for (size_t k = 0; k < kept_sizes.size() && k < 12; ++k)
+      sizes += fmt::format(" {} ({}),", kept_sizes[k].first, kept_sizes[k].second);
+    std::fprintf(stderr, "  kept outside the arena: %zu buffers, %lld bytes; largest:%s\n", kept_sizes.size(),
+                 (long long)kept_bytes, sizes.c_str());
+  }
   held_bytes = kept_bytes + int64_t(total);
   if (lives.empty())
     return {"MemoryPlanning", PassStatus::Analyzed,
@@ -773,6 +874,7 @@ struct CompiledStep::Impl {
     // goes, so that the passes see which buffers only the recording holds.
     for (Tensor& t : outs)
       if (t.defined()) t = t.detach();
+    if (!rec->rejected()) release_graph(*rec);
     evidence = run_passes(*rec, notes, opts.fusion);
     notes.clear();
     if (evidence.replayable) kiln::empty_cache();  // the recording's own buffers, now replaced by the arena
