@@ -13,6 +13,8 @@
 #include "kiln/nn/activation.h"
 #include "kiln/nn/containers.h"
 #include "kiln/nn/conv.h"
+#include "kiln/nn/pool.h"
+#include "kiln/optim/sgd.h"
 #include "kiln/nn/linear.h"
 #include "kiln/optim/adam.h"
 #include "kiln/train/compiled_step.h"
@@ -434,6 +436,47 @@ TEST(CompiledPasses, MemoryPlanWritesElementwiseOutputsOverDeadInputs) {
   EXPECT_GE(count_before(plan->detail, "elementwise outputs written over"), 2) << plan->detail;
   auto pe = eager.net.parameters(), pc = compiled.net.parameters();
   for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+}
+
+}  // namespace
+}  // namespace kiln::train
+
+namespace kiln::train {
+namespace {
+
+// The step's autograd graph is released after the recording: max pooling's
+// argmax taps (u8 [16, 16, 4, 4], 4096 bytes), captured by its vjp besides
+// its saved tensors, are a temporary of the arena, not a buffer held from
+// outside. What stays outside is the parameters (and at most their
+// gradients), the recorded inputs and the loss.
+TEST(CompiledPasses, StepGraphReleasedSoMaxPoolTapsArePlanned) {
+  set_num_threads(1);
+  Rngs rngs{{"params", 5}};
+  nn::Sequential net(nn::Conv2d(1, 16, 3, rngs, {.padding = 1}), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
+                     nn::Linear(16 * 4 * 4, 3, rngs));
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  CompiledStep step(
+      [&](const std::vector<Tensor>& in) {
+        Tensor loss = cross_entropy(net.forward(in[0]), in[1]);
+        loss.backward();
+        opt.step();
+        opt.zero_grad();
+        return std::vector<Tensor>{loss};
+      },
+      {.modules = {&net}});
+  Generator gen(11);
+  step({randn({16, 1, 8, 8}, gen), randint(0, 3, {16}, gen)});
+  int64_t param_bytes = 0;
+  for (const nn::Parameter& p : net.parameters()) param_bytes += p.value().nbytes();
+  const PassReport* plan = step.evidence().find("MemoryPlanning");
+  ASSERT_NE(plan, nullptr);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(plan->detail, m, std::regex("stay where they are \\((\\d+) bytes"))) << plan->detail;
+  const int64_t kept = std::stoll(m[1].str());
+  // params (+ gradients) + inputs (4096 + 128 bytes) + loss, and a little slack: below the taps' 4096.
+  EXPECT_LT(kept, 2 * param_bytes + 4096 + 128 + 4 + 256) << plan->detail;
+  EXPECT_GE(kept, param_bytes + 4096 + 128) << plan->detail;
+  use_default_threads();
 }
 
 }  // namespace
