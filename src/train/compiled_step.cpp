@@ -545,7 +545,10 @@ PassReport plan_memory(replay::Recorder& rec, int64_t& held_bytes, const std::ve
   // launch only through the noted operands and by no launch after it, the
   // output's is fresh here. What matters is that out[i] and in[i] are the
   // same element of their buffers.
-  for (size_t k = 0; k < launches.size() && k < note_of.size(); ++k) {
+  // KILN_COMPILE_INPLACE=0: none (to measure what they bring, A B A B).
+  const char* inplace_env = std::getenv("KILN_COMPILE_INPLACE");
+  const bool inplace = !(inplace_env && std::string(inplace_env) == "0");
+  for (size_t k = 0; inplace && k < launches.size() && k < note_of.size(); ++k) {
     if (note_of[k] < 0) continue;
     const FusionNote& nt = notes[size_t(note_of[k])];
     if (nt.kind != FusionNote::Kind::Elementwise && nt.kind != FusionNote::Kind::Binary) continue;
