@@ -58,6 +58,37 @@ void note_elementwise(const Tensor& out, const Tensor& x, std::function<void(con
   t.notes.push_back(std::move(n));
 }
 
+void note_conv(const Tensor& large, const Tensor& w, const Tensor& out, const Tensor& bias,
+               std::function<void(const Tensor&, const Tensor&, const Tensor*, const Tensor&)> produce) {
+  const Recorder* rec = active();
+  if (!rec || rec->launches().empty()) return;
+  Table& t = table();
+  if (t.rec != rec) t = {rec, {}};
+  FusionNote n;
+  n.kind = FusionNote::Kind::Conv;
+  n.launch = rec->launches().size() - 1;
+  n.a = large.impl_ptr();
+  n.b = w.impl_ptr();
+  n.out = out.impl_ptr();
+  if (bias.defined()) n.bias = bias.impl_ptr();
+  n.produce = std::move(produce);
+  t.notes.push_back(std::move(n));
+}
+
+void note_binary(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const Recorder* rec = active();
+  if (!rec || rec->launches().empty()) return;
+  Table& t = table();
+  if (t.rec != rec) t = {rec, {}};
+  FusionNote n;
+  n.kind = FusionNote::Kind::Binary;
+  n.launch = rec->launches().size() - 1;
+  n.a = a.impl_ptr();
+  n.b = b.impl_ptr();
+  n.out = out.impl_ptr();
+  t.notes.push_back(std::move(n));
+}
+
 std::vector<FusionNote> take_fusion_notes(const Recorder* rec) {
   Table& t = table();
   std::vector<FusionNote> out;

@@ -34,8 +34,11 @@ Tensor binary_forward(const char* op, BinaryOp k, const Tensor& a, const Tensor&
   check_defined(op, a, "a");
   check_defined(op, b, "b");
   Tensor out = Tensor::empty(broadcast_shapes(op, a.shape(), b.shape()), ot, backend::device_of(op, a, b));
-  if (a.dtype() == ct && b.dtype() == ct) KILN_LAUNCH(op, backend::cpu::binary(k, out, a, b, p));
-  else KILN_LAUNCH(op, backend::cpu::binary(k, out, backend::cpu::convert(a, ct), backend::cpu::convert(b, ct), p));
+  if (a.dtype() == ct && b.dtype() == ct) {
+    KILN_LAUNCH(op, backend::cpu::binary(k, out, a, b, p));
+    if (replay::active() && ot == ct && a.shape() == out.shape() && b.shape() == out.shape())
+      replay::note_binary(out, a, b);  // the memory plan's (docs/compile.md)
+  } else KILN_LAUNCH(op, backend::cpu::binary(k, out, backend::cpu::convert(a, ct), backend::cpu::convert(b, ct), p));
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <array>
 #include <tuple>
 
+#include "kiln/core/replay_fusion.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/record.h"
 #include "kiln/ops/reduce.h"
@@ -63,6 +64,10 @@ ConvGeom no_relu(ConvGeom g) {
 Tensor conv_fwd(const char* op, const ConvGeom& g, const Tensor& large, const Tensor& w, const Tensor& bias) {
   Tensor small = Tensor::empty(act_shape(g.B, g.O, g.OH, g.OW, g.small_blocked), large.dtype(), large.device());
   KILN_LAUNCH(op, backend::cpu::conv_forward(g, large, w, bias.defined() ? &bias : nullptr, small));
+  if (replay::active() && !g.relu)  // the Fusion pass's: conv + activation (docs/compile.md)
+    replay::note_conv(large, w, small, bias, [g](const Tensor& l, const Tensor& k, const Tensor* b, const Tensor& s) {
+      backend::cpu::conv_forward(g, l, k, b, s);
+    });
   if (needs_grad(large, w, bias)) {
     record(op, {large, w, bias}, {small},
            {needs_grad(w) ? large : Tensor(), needs_grad(large) ? w : Tensor(), g.relu ? small : Tensor()},

@@ -199,7 +199,11 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   Shape s = indices.shape();
   s.push_back(D);
   Tensor out = Tensor::empty(s, weight.dtype(), weight.device());
-  KILN_LAUNCH("index_select", backend::cpu::index_select(weight, 0, flat, Tensor::make_view(out.storage(), {flat.numel(), D}, {D, 1}, 0, out.dtype())));
+  // The [N, D] view made once, outside the launch: a recorded launch must hold
+  // the tensors its kernel reaches (a view made inside it would hide its hold
+  // on `out` from the compiled step's buffer analysis, docs/compile.md).
+  const Tensor rows_out = Tensor::make_view(out.storage(), {flat.numel(), D}, {D, 1}, 0, out.dtype());
+  KILN_LAUNCH("index_select", backend::cpu::index_select(weight, 0, flat, rows_out));
   if (needs_grad(weight))
     record("embedding", {weight}, {out}, {flat}, [V, D, padding_idx](const VjpArgs& a) -> Grads {
       const Tensor& idx = a.saved[0];

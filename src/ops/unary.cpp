@@ -50,6 +50,7 @@ Tensor fused_backward(backend::cpu::BinaryOp k, const Tensor& g, const Tensor& s
   if (needs_grad(g, s) || g.dtype() != s.dtype()) return composed();
   Tensor out = Tensor::empty(g.shape(), g.dtype(), g.device());
   KILN_LAUNCH("binary", backend::cpu::binary(k, out, g, s, p));
+  if (replay::active() && g.shape() == s.shape()) replay::note_binary(out, g, s);  // the memory plan's
   return out;
 }
 

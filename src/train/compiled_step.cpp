@@ -8,15 +8,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <random>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/generator.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/core/node.h"
 #include "kiln/core/replay.h"
 #include "kiln/core/replay_fusion.h"
 #include "kiln/core/storage.h"
@@ -102,6 +105,27 @@ Buffers analyse(const replay::Recorder& rec) {
     else if (!external.count(st.get())) b.temporary.insert(st.get());
   }
   return b;
+}
+
+// The step's autograd graph after the step: a recorded closure holds the
+// tensors its kernel reached, and a tensor an op made holds its grad_fn, so
+// the closures keep every Node of the step alive, and with each Node what its
+// vjp captured besides its saved tensors (max pooling's argmax taps, ...):
+// memory eager frees at the end of the step, which the passes would see as
+// held from outside. A tensor every reference of which is a closure's is
+// never named again (NOTE [Buffers of a recording]), so its grad_fn is never
+// used: dropping it frees the graph. Repeated until nothing changes (a freed
+// Node may leave more tensors held by closures alone).
+void release_graph(const replay::Recorder& rec) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& [key, use] : rec.impls()) {
+      std::shared_ptr<TensorImpl> sp = use.impl.lock();
+      if (!sp || !sp->autograd || !sp->autograd->grad_fn || sp.use_count() - 1 != use.closure_refs) continue;
+      sp->autograd->grad_fn.reset();
+      changed = true;
+    }
+  }
 }
 
 // The Fusion pass's note of each launch (-1: none), kept parallel to the
@@ -215,14 +239,15 @@ PassReport remove_dead_launches(replay::Recorder& rec, NoteIndex& note_of) {
                       dead, elided, elided_bytes)};
 }
 
-// Fusion: a linear (GEMM + bias) whose output only feeds one elementwise
-// activation (relu, tanh, sigmoid, ...; an activation whose backward reads
-// its output, not its input) becomes one launch: the GEMM writes the
-// activation's output buffer and kiln's own activation kernel runs on it in
-// place, while it is in cache. The pre-activation buffer goes, as does a
-// launch. The activation is the kernel eager runs, on the same f32 values in
-// the same order, so the replay stays bitwise eager's (oneDNN's eltwise
-// post-ops are not used: see the pass's detail).
+// Fusion: a linear (GEMM + bias) or a convolution (+ bias) whose output only
+// feeds one elementwise activation (relu, tanh, sigmoid, ...; an activation
+// whose backward reads its output, not its input) becomes one launch: the
+// GEMM or the convolution writes the activation's output buffer and kiln's
+// own activation kernel runs on it in place, while it is (partly) in cache.
+// The pre-activation buffer goes, as does a launch. The producer is eager's
+// kernel call and the activation is the kernel eager runs, on the same f32
+// values in the same order, so the replay stays bitwise eager's (oneDNN's
+// eltwise post-ops are not used: see the pass's detail).
 PassReport fuse_linear_activations(replay::Recorder& rec, const std::vector<replay::FusionNote>& notes,
                                    NoteIndex& note_of, const std::string& chains) {
   using replay::FusionNote;
@@ -234,24 +259,26 @@ PassReport fuse_linear_activations(replay::Recorder& rec, const std::vector<repl
     return std::find(t.begin(), t.end(), st) != t.end();
   };
   struct Fused {
-    size_t linear, act;
+    size_t producer, act;
     replay::Launch launch;
     std::vector<std::shared_ptr<TensorImpl>> reached;
   };
   std::vector<Fused> fused;
-  std::map<std::string, int64_t> by_op;
-  int64_t kept_input = 0, saved_bytes = 0;
+  std::map<std::string, int64_t> by_op, by_conv;
+  int64_t kept_input = 0, saved_bytes = 0, linears = 0, convs = 0;
   std::vector<char> used(n, 0);
   for (size_t i = 0; i < n; ++i) {
     if (note_of[i] < 0 || used[i]) continue;
     const FusionNote& ln = notes[size_t(note_of[i])];
-    if (ln.kind != FusionNote::Kind::Linear) continue;
+    const bool conv = ln.kind == FusionNote::Kind::Conv;
+    if (ln.kind != FusionNote::Kind::Linear && !(conv && ln.produce)) continue;
     std::shared_ptr<TensorImpl> a = ln.a.lock(), w = ln.b.lock(), o = ln.out.lock(), bias = ln.bias.lock();
     if (!a || !w || !o || (!ln.bias.expired() && !bias)) continue;
     Tensor pre(o);
     Storage* so = o->storage.get();
-    // f32 only: a bf16 GEMM rounds its f32 result once, and the activation
-    // of the rounded value is not always the rounding of the activation (-0).
+    // f32 only: a bf16 GEMM or convolution rounds its f32 result once, and
+    // the activation of the rounded value is not always the rounding of the
+    // activation (-0).
     if (pre.dtype() != kF32 || !pre.is_contiguous() || !b.temporary.count(so) || b.impls[so].size() != 1) continue;
     size_t j = i + 1;
     while (j < n && !touches(j, so)) ++j;
@@ -270,18 +297,32 @@ PassReport fuse_linear_activations(replay::Recorder& rec, const std::vector<repl
       ++kept_input;  // gelu, silu: the backward reads the pre-activation
       continue;
     }
-    if (between) continue;
+    // Nothing between the two, nor the producer itself, may reach the
+    // activation's buffer: the fused launch writes it in the producer's place.
+    if (between || touches(i, sy)) continue;
     used[i] = used[j] = 1;
     Tensor ta(a), tw(w), tb = bias ? Tensor(bias) : Tensor();
     replay::Launch f;
-    f.op = "linear+activation";
     f.pure = true;
-    f.run = [ta, tw, act, tb, run = un.run] {
-      backend::cpu::MatmulEpilogue e;
-      if (tb.defined()) e.bias = &tb;
-      backend::cpu::matmul(ta, tw, act, e);
-      run(act, act);  // in place: elementwise, the same values as out of place
-    };
+    if (conv) {
+      f.op = "conv+activation";
+      f.run = [ta, tw, act, tb, produce = ln.produce, run = un.run] {
+        produce(ta, tw, tb.defined() ? &tb : nullptr, act);  // eager's convolution call, into act
+        run(act, act);  // in place: elementwise, the same values as out of place
+      };
+      ++convs;
+      ++by_conv[fmt::format("{}+{}", launches[i].op, launches[j].op)];
+    } else {
+      f.op = "linear+activation";
+      f.run = [ta, tw, act, tb, run = un.run] {
+        backend::cpu::MatmulEpilogue e;
+        if (tb.defined()) e.bias = &tb;
+        backend::cpu::matmul(ta, tw, act, e);
+        run(act, act);  // in place: elementwise, the same values as out of place
+      };
+      ++linears;
+      ++by_op[launches[j].op];
+    }
     for (Storage* st : launches[i].touched) {
       Storage* t = st == so ? sy : st;
       if (std::find(f.touched.begin(), f.touched.end(), t) == f.touched.end()) f.touched.push_back(t);
@@ -290,38 +331,46 @@ PassReport fuse_linear_activations(replay::Recorder& rec, const std::vector<repl
     std::vector<std::shared_ptr<TensorImpl>> reached{a, w, y};
     if (bias) reached.push_back(bias);
     saved_bytes += int64_t(so->nbytes());
-    ++by_op[launches[j].op];
     fused.push_back({i, j, std::move(f), std::move(reached)});
   }
   std::string rejected =
       "oneDNN eltwise post-ops not used: kiln's activation kernels are what eager runs (relu keeps NaN and -0 "
       "where a max with 0 would not; gelu/tanh/sigmoid approximations differ), so a post-op would not be "
-      "bitwise eager's; convolution + activation not done";
+      "bitwise eager's";
   if (fused.empty())
     return {"Fusion", chains.empty() ? PassStatus::Analyzed : PassStatus::Applied,
-            fmt::format("{}no linear whose output only feeds an f32 activation ({} pairs kept: the backward reads "
-                        "the pre-activation); {}",
+            fmt::format("{}no linear or convolution whose output only feeds an f32 activation ({} pairs kept: the "
+                        "backward reads the pre-activation); {}",
                         chains, kept_input, rejected)};
   // Each fused launch is appended (its references counted), then takes the
-  // linear's place; the linear and the activation go.
+  // producer's place; the producer and the activation go.
   std::vector<char> drop(n + fused.size(), 0);
   for (size_t q = 0; q < fused.size(); ++q) {
     rec.append(std::move(fused[q].launch), fused[q].reached);
     fused[q].reached.clear();
-    std::swap(rec.launches()[fused[q].linear], rec.launches()[n + q]);
-    drop[n + q] = 1;  // the linear, now at the end
+    std::swap(rec.launches()[fused[q].producer], rec.launches()[n + q]);
+    drop[n + q] = 1;  // the producer, now at the end
     drop[fused[q].act] = 1;
   }
   for (size_t q = 0; q < fused.size(); ++q) note_of.push_back(-1);
+  for (const Fused& q : fused) note_of[q.producer] = -1;  // the fused launch has no note
   b = {};
   erase_launches(rec, drop, note_of);
-  std::string ops;
-  for (const auto& [op, count] : by_op) ops += fmt::format("{}{} x{}", ops.empty() ? "" : ", ", op, count);
+  auto list = [](const std::map<std::string, int64_t>& m) {
+    std::string ops;
+    for (const auto& [op, count] : m) ops += fmt::format("{}{} x{}", ops.empty() ? "" : ", ", op, count);
+    return ops;
+  };
+  std::string conv_part =
+      convs ? fmt::format("{} convolution + activation pairs fused into one launch each ({}): the convolution "
+                          "writes the activation's buffer and the activation runs in place on it; ",
+                          convs, list(by_conv))
+            : std::string();
   return {"Fusion", PassStatus::Applied,
           fmt::format("{}{} linear + activation pairs fused into one launch each ({}): the GEMM writes the "
-                      "activation's buffer and the activation runs in place on it; {} pre-activation buffers "
+                      "activation's buffer and the activation runs in place on it; {}{} pre-activation buffers "
                       "({} bytes) gone; {} pairs kept (the backward reads the pre-activation). Rejected: {}",
-                      chains, fused.size(), ops, fused.size(), saved_bytes, kept_input, rejected)};
+                      chains, linears, list(by_op), conv_part, fused.size(), saved_bytes, kept_input, rejected)};
 }
 
 // Elementwise chains: f1 (x) -> t1, f2 (t1) -> t2, ..., each an f32
@@ -441,15 +490,38 @@ std::string fuse_elementwise_chains(replay::Recorder& rec, std::vector<replay::F
                      count, links, saved);
 }
 
+// A tensor that is all of its storage, contiguous: its element i is the
+// storage's element i.
+bool whole_buffer(const std::shared_ptr<TensorImpl>& impl) {
+  const Tensor t(impl);
+  return t.is_contiguous() && t.storage_offset() == 0 && size_t(t.nbytes()) == impl->storage->nbytes();
+}
+
 // Memory planning: the temporaries placed by lifetime in one arena.
 // `held_bytes`: what the recording holds afterwards (the arena counted once).
-PassReport plan_memory(replay::Recorder& rec, int64_t& held_bytes) {
+//
+// NOTE [Outputs in place of dead inputs]: an elementwise launch (a unary op,
+// an op with a scalar, an elementwise chain, an op of two same-shape tensors
+// such as relu's or gelu's gradient or a residual add) computes out[i] from
+// its inputs' element i alone, and its kernel reads element i before it
+// writes it: run in place on an input it computes what it computes out of
+// place (the elementwise-chain fusion rests on the same property). So when
+// such a launch's output is fresh there and one of its inputs is a temporary
+// read there for the last time, of the same dtype, shape and size, each
+// alone and whole on its buffer, the two share one place in the arena: eager
+// holds both buffers at that launch, the replay one. The gradient of an
+// activation written over the activation's saved output (relu, tanh) is the
+// typical case; so is a residual add's output over a dead operand.
+PassReport plan_memory(replay::Recorder& rec, int64_t& held_bytes, const std::vector<replay::FusionNote>& notes,
+                       const NoteIndex& note_of) {
+  using replay::FusionNote;
   Buffers b = analyse(rec);
   for (const Storage* o : b.orphans) rec.replace_storage(o, nullptr);  // a kernel's scratch: nothing needs it
   const auto& launches = rec.launches();
   struct Life {
     const Storage* st;
-    size_t first, last, bytes, offset = 0;
+    size_t first, last, bytes;
+    size_t group = 0;  // the place it shares (NOTE [Outputs in place of dead inputs])
   };
   std::unordered_map<const Storage*, size_t> index;
   std::vector<Life> lives;
@@ -457,48 +529,203 @@ PassReport plan_memory(replay::Recorder& rec, int64_t& held_bytes) {
     for (const Storage* st : launches[i].touched) {
       if (!b.temporary.count(st)) continue;
       auto [it, fresh] = index.try_emplace(st, lives.size());
-      if (fresh) lives.push_back({st, i, i, (st->nbytes() + 63) / 64 * 64});
+      if (fresh) lives.push_back({st, i, i, (st->nbytes() + 63) / 64 * 64, lives.size()});
       else lives[it->second].last = i;
     }
-  // Greedy by size, largest first: each buffer goes to the lowest offset
-  // where it overlaps no placed buffer whose lifetime overlaps its own.
-  std::vector<size_t> order(lives.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return lives[a].bytes > lives[c].bytes; });
-  std::vector<size_t> placed;
-  size_t total = 0, separate = 0;
-  for (size_t k : order) {
-    Life& l = lives[k];
-    separate += l.bytes;
-    std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of placed buffers alive at once
-    for (size_t p : placed) {
-      const Life& o = lives[p];
-      if (o.first <= l.last && l.first <= o.last) busy.emplace_back(o.offset, o.offset + o.bytes);
+  // Places: one per buffer, except where an output takes a dead input's.
+  struct Place {
+    size_t first, last, bytes, offset = 0;
+    std::vector<size_t> members;
+  };
+  std::vector<Place> places;
+  for (size_t k = 0; k < lives.size(); ++k) places.push_back({lives[k].first, lives[k].last, lives[k].bytes, 0, {k}});
+  int64_t in_place = 0, in_place_bytes = 0;
+  // Other tensors on the two buffers (views made for a kernel's arguments,
+  // a reshape of the output) are fine: the input's buffer is read at this
+  // launch only through the noted operands and by no launch after it, the
+  // output's is fresh here. What matters is that out[i] and in[i] are the
+  // same element of their buffers.
+  // KILN_COMPILE_INPLACE=0: none (to measure what they bring, A B A B).
+  const char* inplace_env = std::getenv("KILN_COMPILE_INPLACE");
+  const bool inplace = !(inplace_env && std::string(inplace_env) == "0");
+  for (size_t k = 0; inplace && k < launches.size() && k < note_of.size(); ++k) {
+    if (note_of[k] < 0) continue;
+    const FusionNote& nt = notes[size_t(note_of[k])];
+    if (nt.kind != FusionNote::Kind::Elementwise && nt.kind != FusionNote::Kind::Binary) continue;
+    std::shared_ptr<TensorImpl> out = nt.out.lock();
+    if (!out) continue;
+    auto oi = index.find(out->storage.get());
+    if (oi == index.end()) continue;
+    Life& lo = lives[oi->second];
+    Place& po = places[lo.group];
+    if (lo.first != k || po.members.size() != 1 || !whole_buffer(out)) continue;  // fresh here
+    const Tensor to(out);
+    for (const auto* wp : {&nt.a, &nt.b}) {
+      std::shared_ptr<TensorImpl> in = wp->lock();
+      if (!in || in->storage == out->storage) continue;
+      // The other operand must not read the input's buffer at other indices (a + a.T).
+      const auto* other = wp == &nt.a ? &nt.b : &nt.a;
+      std::shared_ptr<TensorImpl> o2 = other->lock();
+      if (o2 && o2 != in && o2->storage == in->storage) continue;
+      auto ii = index.find(in->storage.get());
+      if (ii == index.end()) continue;
+      const Life& li = lives[ii->second];
+      Place& pi = places[li.group];
+      const Tensor ti(in);
+      // Read here for the last time (by the whole place: its last member),
+      // the same elements in the same order.
+      if (li.last != k || pi.last != k || li.bytes != lo.bytes || !whole_buffer(in) || ti.dtype() != to.dtype() ||
+          ti.shape() != to.shape())
+        continue;
+      pi.last = lo.last;
+      pi.members.push_back(oi->second);
+      po.members.clear();
+      lo.group = li.group;
+      ++in_place;
+      in_place_bytes += int64_t(lo.bytes);
+      break;
     }
-    std::sort(busy.begin(), busy.end());
-    size_t at = 0;
-    for (auto [lo, hi] : busy) {
-      if (at + l.bytes <= lo) break;
-      at = std::max(at, hi);
-    }
-    l.offset = at;
-    total = std::max(total, at + l.bytes);
-    placed.push_back(k);
   }
-  // The lower bound of any placement: the most bytes alive at one launch.
-  size_t most_live = 0;
+  std::vector<size_t> live_places;
+  for (size_t p = 0; p < places.size(); ++p)
+    if (!places[p].members.empty()) live_places.push_back(p);
+  // The lower bound of any placement of these places: the most bytes alive at one launch.
+  size_t most_live = 0, peak_at = 0;
   {
     std::vector<int64_t> delta(launches.size() + 1, 0);
-    for (const Life& l : lives) {
-      delta[l.first] += int64_t(l.bytes);
-      delta[l.last + 1] -= int64_t(l.bytes);
+    for (size_t p : live_places) {
+      delta[places[p].first] += int64_t(places[p].bytes);
+      delta[places[p].last + 1] -= int64_t(places[p].bytes);
     }
     int64_t live = 0;
-    for (int64_t d : delta) most_live = std::max(most_live, size_t(live += d));
+    for (size_t i = 0; i < delta.size(); ++i)
+      if (size_t(live += delta[i]) > most_live) most_live = size_t(live), peak_at = i;
   }
+  // Greedy placement: in a given order, each place goes to a free gap among
+  // the placed ones whose lifetimes overlap its own: the lowest that fits
+  // (first fit) or the tightest (best fit). No order is best for every
+  // step, so a few are tried and the smallest arena kept (the step's
+  // buffers are a few hundred at most; this runs once per recording).
+  size_t separate = 0;
+  for (const Life& l : lives) separate += l.bytes;
+  auto place_all = [&](const std::vector<size_t>& order, bool best_fit, std::vector<size_t>& offset) {
+    size_t total = 0;
+    std::vector<size_t> placed;
+    for (size_t k : order) {
+      const Place& l = places[k];
+      std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of placed places alive at once
+      for (size_t p : placed) {
+        const Place& o = places[p];
+        if (o.first <= l.last && l.first <= o.last) busy.emplace_back(offset[p], offset[p] + o.bytes);
+      }
+      std::sort(busy.begin(), busy.end());
+      size_t at = SIZE_MAX, gap = SIZE_MAX, end = 0;
+      for (auto [lo, hi] : busy) {
+        if (lo >= end + l.bytes && (!best_fit || lo - end < gap)) {
+          at = end, gap = lo - end;
+          if (!best_fit) break;
+        }
+        end = std::max(end, hi);
+      }
+      if (at == SIZE_MAX) at = end;  // above every placed one
+      offset[k] = at;
+      total = std::max(total, at + l.bytes);
+      placed.push_back(k);
+    }
+    return total;
+  };
+  std::vector<std::vector<size_t>> orders(4, live_places);
+  auto by = [&](std::vector<size_t>& o, auto key) {
+    std::stable_sort(o.begin(), o.end(), [&](size_t a, size_t c) { return key(places[a]) > key(places[c]); });
+  };
+  by(orders[0], [](const Place& p) { return double(p.bytes); });                                   // largest first
+  by(orders[1], [](const Place& p) { return double(p.bytes) * double(p.last - p.first + 1); });  // most byte-launches
+  by(orders[2], [](const Place& p) { return double(p.last - p.first); });                         // longest lived
+  by(orders[3], [](const Place& p) { return -double(p.first) - 1e-12 * double(p.bytes); });      // earliest first
+  size_t total = SIZE_MAX;
+  std::vector<size_t> offset(places.size(), 0), trial(places.size(), 0), best_order;
+  bool best_fit_used = false;
+  for (const auto& order : orders)
+    for (bool best_fit : {false, true}) {
+      const size_t t = place_all(order, best_fit, trial);
+      if (t < total) total = t, offset = trial, best_order = order, best_fit_used = best_fit;
+    }
+  // Then a local search over the order (deterministic: a fixed seed), while
+  // the arena is above the lower bound: move one place elsewhere in the
+  // order, keep the move when the arena is no larger. Bounded work: about
+  // 4e7 overlap tests, so a step of a thousand buffers searches a little.
+  if (!live_places.empty() && total > most_live) {
+    const size_t n = best_order.size();
+    const int64_t iters = std::min<int64_t>(3000, int64_t(4e7 / (double(n) * double(n) + 1.0)));
+    std::mt19937_64 rng(0x6b696c6e);
+    std::vector<size_t> cand;
+    for (int64_t it = 0; it < iters && total > most_live && n > 1; ++it) {
+      cand = best_order;
+      const size_t from = size_t(rng() % n), to = size_t(rng() % n);
+      const size_t moved = cand[from];
+      cand.erase(cand.begin() + int64_t(from));
+      cand.insert(cand.begin() + int64_t(to), moved);
+      const size_t t = place_all(cand, best_fit_used, trial);
+      if (t <= total) {
+        if (t < total) offset = trial;
+        total = t;
+        best_order.swap(cand);
+      }
+    }
+    place_all(best_order, best_fit_used, offset);  // the kept order's offsets
+  }
+  if (live_places.empty()) total = 0;
+  for (size_t p : live_places) places[p].offset = offset[p];
+  // KILN_COMPILE_PLAN=1: what the arena holds at its fullest launch, largest first.
+  if (const char* v = std::getenv("KILN_COMPILE_PLAN"); v && std::string(v) == "1" && !lives.empty()) {
+    std::fprintf(stderr, "memory plan: arena %zu bytes, %zu bytes alive at launch %zu (%s); alive there:\n", total,
+                 most_live, peak_at, launches[peak_at].op);
+    std::vector<size_t> alive;
+    for (size_t p : live_places)
+      if (places[p].first <= peak_at && peak_at <= places[p].last) alive.push_back(p);
+    std::stable_sort(alive.begin(), alive.end(),
+                     [&](size_t a, size_t c) { return places[a].bytes > places[c].bytes; });
+    for (size_t p : alive) {
+      const Place& pl = places[p];
+      std::string ops;
+      for (size_t m : pl.members)
+        ops += fmt::format("{}{} [{}..{}]", ops.empty() ? "" : " -> ", launches[lives[m].first].op, lives[m].first,
+                           lives[m].last);
+      std::fprintf(stderr, "  %10zu bytes  launches %zu..%zu  made by %s\n", pl.bytes, pl.first, pl.last,
+                   ops.c_str());
+    }
+  }
+  if (const char* v = std::getenv("KILN_COMPILE_PLAN"); v && std::string(v) == "2")
+    for (size_t p : live_places)
+      if (places[p].bytes >= 65536)
+        std::fprintf(stderr, "  place %zu bytes [%zu..%zu] at %zu (%s)\n", places[p].bytes, places[p].first,
+                     places[p].last, places[p].offset, launches[places[p].first].op);
   int64_t kept_bytes = 0;
+  std::vector<std::pair<size_t, std::string>> kept_sizes;
   for (const auto& st : rec.storages())
-    if (!index.count(st.get())) kept_bytes += int64_t(st->nbytes());
+    if (!index.count(st.get())) {
+      kept_bytes += int64_t(st->nbytes());
+      auto it = b.impls.find(st.get());
+      std::string what = "?";
+      if (it != b.impls.end() && !it->second.empty()) {
+        const Tensor t(it->second.front());
+        what = fmt::format("{} {}", name(t.dtype()), to_string(t.shape()));
+        for (const replay::Launch& l : launches)
+          if (std::find(l.touched.begin(), l.touched.end(), st.get()) != l.touched.end()) {
+            what += fmt::format(" by {}", l.op);
+            break;
+          }
+      }
+      kept_sizes.emplace_back(st->nbytes(), what);
+    }
+  if (const char* v = std::getenv("KILN_COMPILE_PLAN"); v && std::string(v) == "1") {
+    std::sort(kept_sizes.rbegin(), kept_sizes.rend());
+    std::string sizes;
+    for (size_t k = 0; k < kept_sizes.size() && k < 12; ++k)
+      sizes += fmt::format(" {} ({}),", kept_sizes[k].first, kept_sizes[k].second);
+    std::fprintf(stderr, "  kept outside the arena: %zu buffers, %lld bytes; largest:%s\n", kept_sizes.size(),
+                 (long long)kept_bytes, sizes.c_str());
+  }
   held_bytes = kept_bytes + int64_t(total);
   if (lives.empty())
     return {"MemoryPlanning", PassStatus::Analyzed,
@@ -509,16 +736,18 @@ PassReport plan_memory(replay::Recorder& rec, int64_t& held_bytes) {
   for (const Life& l : lives) {
     auto* holder = new std::shared_ptr<Storage>(arena);
     auto moved = std::make_shared<Storage>(
-        base + l.offset, l.st->nbytes(), l.st->device(),
+        base + places[l.group].offset, l.st->nbytes(), l.st->device(),
         [](void*, void* ctx) { delete static_cast<std::shared_ptr<Storage>*>(ctx); }, holder);
     for (const auto& impl : b.impls[l.st]) impl->storage = moved;
     rec.replace_storage(l.st, moved);  // frees the recording's own buffer
   }
   return {"MemoryPlanning", PassStatus::Applied,
           fmt::format("{} temporary buffers ({} bytes apart) placed by lifetime in one {}-byte arena (at most "
-                      "{} bytes alive at once), offsets computed once; {} buffers stay where they are ({} bytes: "
-                      "parameters, optimizer state, inputs, outputs, gradients); no allocation in a replay",
-                      lives.size(), separate, total, most_live, rec.storages().size() - lives.size(), kept_bytes)};
+                      "{} bytes alive at once); {} elementwise outputs written over an input read there for the "
+                      "last time ({} bytes shared); offsets computed once; {} buffers stay where they are ({} "
+                      "bytes: parameters, optimizer state, inputs, outputs, gradients); no allocation in a replay",
+                      lives.size(), separate, total, most_live, in_place, in_place_bytes,
+                      rec.storages().size() - lives.size(), kept_bytes)};
 }
 
 // The passes, in the order, over a finished recording.
@@ -560,7 +789,7 @@ CaptureEvidence run_passes(replay::Recorder& rec, std::vector<replay::FusionNote
   }
   else ev.passes.push_back({"Fusion", PassStatus::NotRun, "turned off (CompileOptions::fusion)"});
   int64_t held_bytes = 0;
-  ev.passes.push_back(plan_memory(rec, held_bytes));
+  ev.passes.push_back(plan_memory(rec, held_bytes, notes, note_of));
   ev.passes.push_back({"KernelSelection", PassStatus::Inherited,
                        "primitives chosen per shape at the first launch by the backend's caches (oneDNN "
                        "primitives, kiln's small-GEMM path, the ISA copy); a replay re-enters them"});
@@ -648,6 +877,7 @@ struct CompiledStep::Impl {
     // goes, so that the passes see which buffers only the recording holds.
     for (Tensor& t : outs)
       if (t.defined()) t = t.detach();
+    if (!rec->rejected()) release_graph(*rec);
     evidence = run_passes(*rec, notes, opts.fusion);
     notes.clear();
     if (evidence.replayable) kiln::empty_cache();  // the recording's own buffers, now replaced by the arena

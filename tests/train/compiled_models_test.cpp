@@ -47,8 +47,11 @@ void expect_same_state(nn::Module& a, nn::Module& b) {
 struct Cnn {
   Cnn()
       : rngs(4),
+        // The second block is cnn_b64's Conv-ReLU-MaxPool: its convolution
+        // and ReLU are fused into one launch (the first conv feeds BatchNorm).
         net(nn::Conv2d(1, 16, 3, rngs, {.padding = 1}), nn::BatchNorm2d(16), nn::ReLU(), nn::MaxPool2d(2),
-            nn::Flatten(), nn::Linear(16 * 4 * 4, 5, rngs)),
+            nn::Conv2d(16, 16, 3, rngs, {.padding = 1}), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
+            nn::Linear(16 * 2 * 2, 5, rngs)),
         opt(net.parameters(), {.lr = 0.05, .momentum = 0.9}) {}
   std::vector<Tensor> train_step(const std::vector<Tensor>& in) {
     Tensor loss = cross_entropy(net.forward(in[0]), in[1]);
@@ -85,6 +88,11 @@ TEST(CompiledStepModels, CnnWithBatchNormTrainThenEvalIsBitwiseEager) {
     ASSERT_EQ(bits(le), bits(lc)) << "step " << i << "\n" << train.evidence().str();
   }
   EXPECT_EQ(train.replays(), 99) << train.evidence().str();
+  const PassReport* fusion = train.evidence().find("Fusion");
+  ASSERT_NE(fusion, nullptr);
+  EXPECT_NE(fusion->detail.find("1 convolution + activation pairs fused into one launch each (conv2d+relu x1)"),
+            std::string::npos)
+      << fusion->detail;
   expect_same_state(eager.net, compiled.net);  // running statistics and num_batches_tracked included
   eager.net.eval();
   compiled.net.eval();
@@ -95,6 +103,9 @@ TEST(CompiledStepModels, CnnWithBatchNormTrainThenEvalIsBitwiseEager) {
     EXPECT_EQ(oe[1].to_vector<int64_t>(), oc[1].to_vector<int64_t>());
   }
   EXPECT_EQ(eval.replays(), 9) << eval.evidence().str();
+  // No backward in eval: the pair is fused there too (nothing saves the pre-activation).
+  EXPECT_NE(eval.evidence().find("Fusion")->detail.find("(conv2d+relu x1)"), std::string::npos)
+      << eval.evidence().str();
   expect_same_state(eager.net, compiled.net);  // eval changed nothing
   use_default_threads();
 }

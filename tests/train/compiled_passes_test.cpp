@@ -6,10 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <regex>
 
 #include "kiln/core/allocator.h"
+#include "kiln/core/parallel.h"
 #include "kiln/nn/activation.h"
 #include "kiln/nn/containers.h"
+#include "kiln/nn/conv.h"
+#include "kiln/nn/pool.h"
+#include "kiln/optim/sgd.h"
 #include "kiln/nn/linear.h"
 #include "kiln/optim/adam.h"
 #include "kiln/train/compiled_step.h"
@@ -313,6 +318,203 @@ TEST(CompiledPasses, FusionOffRunsEveryLaunchAsRecorded) {
   const PassReport* f = step.evidence().find("Fusion");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->status, PassStatus::NotRun) << f->detail;
+}
+
+}  // namespace
+}  // namespace kiln::train
+
+namespace kiln::train {
+namespace {
+
+// Convolution + activation: a conv2d whose output only feeds an activation
+// that saves its output (relu, tanh) becomes one launch: the convolution
+// writes the activation's buffer, kiln's activation kernel runs in place on
+// it. With `residual`, the second convolution's output is read again after
+// its relu (relu(h) + 0.5 h): that pair is kept, the first still fused.
+struct ConvNet {
+  ConvNet()
+      : rngs{{"params", 4}},
+        c1(2, 16, 3, rngs, {.padding = 1}),
+        c2(16, 16, 3, rngs, {.padding = 1}),
+        fc(16 * 6 * 6, 4, rngs),
+        opt(params(), {.lr = 1e-2}) {}
+  nn::ParameterList params() {
+    std::vector<nn::Parameter> p;
+    for (nn::Module* m : std::initializer_list<nn::Module*>{&c1, &c2, &fc})
+      for (const nn::Parameter& q : m->parameters()) p.push_back(q);
+    return p;
+  }
+  std::vector<Tensor> step(const std::vector<Tensor>& in, bool residual) {
+    Tensor h = relu(c1.forward(in[0]));                      // [8, 16, 6, 6]
+    Tensor h2 = c2.forward(h);                               // [8, 16, 6, 6]
+    Tensor a = residual ? relu(h2) + 0.5 * h2 : tanh(h2);
+    Tensor loss = cross_entropy(fc.forward(flatten(a, 1)), in[1]);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    return {loss};
+  }
+  Rngs rngs;
+  nn::Conv2d c1, c2;
+  nn::Linear fc;
+  optim::Adam opt;
+};
+
+std::vector<Tensor> planes(int64_t i) {
+  Generator gen(700 + uint64_t(i));
+  return {randn({8, 2, 6, 6}, gen), randint(0, 4, {8}, gen)};
+}
+
+int64_t count_before(const std::string& detail, const std::string& what) {
+  std::smatch m;
+  if (!std::regex_search(detail, m, std::regex("(\\d+) " + what))) return -1;
+  return std::stoll(m[1].str());
+}
+
+void run_conv_net(bool residual, int64_t steps, CompiledStep& step, ConvNet& eager, ConvNet& compiled) {
+  for (int64_t i = 0; i < steps; ++i)
+    ASSERT_EQ(bits(eager.step(planes(i), residual)[0].item<float>()), bits(step(planes(i))[0].item<float>()))
+        << "step " << i << "\n" << step.evidence().str();
+  auto pe = eager.params(), pc = compiled.params();
+  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+}
+
+TEST(CompiledPasses, FusionFoldsConvActivationPairsAndStaysBitwise) {
+  set_num_threads(1);  // the thread count is part of oneDNN's convolution plan: keep one for both runs
+  ConvNet eager, compiled;
+  CompiledStep step([&](const std::vector<Tensor>& in) { return compiled.step(in, false); });
+  run_conv_net(false, 100, step, eager, compiled);
+  EXPECT_EQ(step.replays(), 100 - step.recordings());
+  const PassReport* f = step.evidence().find("Fusion");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->status, PassStatus::Applied) << f->detail;
+  EXPECT_NE(f->detail.find("2 convolution + activation pairs fused into one launch each (conv2d+relu x1, "
+                           "conv2d+tanh x1)"),
+            std::string::npos)
+      << f->detail;
+  EXPECT_NE(f->detail.find("0 pairs kept"), std::string::npos) << f->detail;
+  // The backward's relu and tanh gradients are written over a dead input
+  // (the saved activation or the incoming gradient): NOTE [Outputs in place
+  // of dead inputs].
+  const PassReport* plan = step.evidence().find("MemoryPlanning");
+  ASSERT_NE(plan, nullptr);
+  EXPECT_GE(count_before(plan->detail, "elementwise outputs written over"), 2) << plan->detail;
+  use_default_threads();
+}
+
+TEST(CompiledPasses, FusionKeepsAConvPreActivationReadAgain) {
+  set_num_threads(1);
+  ConvNet eager, compiled;
+  CompiledStep step([&](const std::vector<Tensor>& in) { return compiled.step(in, true); });
+  run_conv_net(true, 20, step, eager, compiled);
+  const PassReport* f = step.evidence().find("Fusion");
+  ASSERT_NE(f, nullptr);
+  EXPECT_NE(f->detail.find("1 convolution + activation pairs fused into one launch each (conv2d+relu x1)"),
+            std::string::npos)
+      << f->detail;
+  EXPECT_NE(f->detail.find("1 pairs kept"), std::string::npos) << f->detail;
+  use_default_threads();
+}
+
+// The memory plan's in-place outputs on the MLP: each relu's gradient
+// (relu_backward of the incoming gradient and the saved output, both read
+// for the last time) takes one of their places; 30 steps bitwise.
+TEST(CompiledPasses, MemoryPlanWritesElementwiseOutputsOverDeadInputs) {
+  Mlp eager, compiled;
+  auto body = [](Mlp& m, const std::vector<Tensor>& in) {
+    Tensor loss = cross_entropy(m.net.forward(in[0]), in[1]);
+    loss.backward();
+    m.opt.step();
+    m.opt.zero_grad();
+    return std::vector<Tensor>{loss};
+  };
+  CompiledStep step([&](const std::vector<Tensor>& in) { return body(compiled, in); }, {.modules = {&compiled.net}});
+  for (int64_t i = 0; i < 30; ++i)
+    ASSERT_EQ(bits(body(eager, batch(i))[0].item<float>()), bits(step(batch(i))[0].item<float>())) << i;
+  const PassReport* plan = step.evidence().find("MemoryPlanning");
+  ASSERT_NE(plan, nullptr);
+  EXPECT_GE(count_before(plan->detail, "elementwise outputs written over"), 2) << plan->detail;
+  auto pe = eager.net.parameters(), pc = compiled.net.parameters();
+  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+}
+
+}  // namespace
+}  // namespace kiln::train
+
+namespace kiln::train {
+namespace {
+
+// The step's autograd graph is released after the recording: max pooling's
+// argmax taps (u8 [16, 16, 4, 4], 4096 bytes), captured by its vjp besides
+// its saved tensors, are a temporary of the arena, not a buffer held from
+// outside. What stays outside is the parameters (and at most their
+// gradients), the recorded inputs and the loss.
+TEST(CompiledPasses, StepGraphReleasedSoMaxPoolTapsArePlanned) {
+  set_num_threads(1);
+  Rngs rngs{{"params", 5}};
+  nn::Sequential net(nn::Conv2d(1, 16, 3, rngs, {.padding = 1}), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
+                     nn::Linear(16 * 4 * 4, 3, rngs));
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  CompiledStep step(
+      [&](const std::vector<Tensor>& in) {
+        Tensor loss = cross_entropy(net.forward(in[0]), in[1]);
+        loss.backward();
+        opt.step();
+        opt.zero_grad();
+        return std::vector<Tensor>{loss};
+      },
+      {.modules = {&net}});
+  Generator gen(11);
+  step({randn({16, 1, 8, 8}, gen), randint(0, 3, {16}, gen)});
+  int64_t param_bytes = 0;
+  for (const nn::Parameter& p : net.parameters()) param_bytes += p.value().nbytes();
+  const PassReport* plan = step.evidence().find("MemoryPlanning");
+  ASSERT_NE(plan, nullptr);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(plan->detail, m, std::regex("stay where they are \\((\\d+) bytes"))) << plan->detail;
+  const int64_t kept = std::stoll(m[1].str());
+  // params (+ gradients) + inputs (4096 + 128 bytes) + loss, and a little slack: below the taps' 4096.
+  EXPECT_LT(kept, 2 * param_bytes + 4096 + 128 + 4 + 256) << plan->detail;
+  EXPECT_GE(kept, param_bytes + 4096 + 128) << plan->detail;
+  use_default_threads();
+}
+
+}  // namespace
+}  // namespace kiln::train
+
+namespace kiln::train {
+namespace {
+
+// h + h^T reads h at (i, j) and (j, i): its output must not be written over
+// h even though h is read there for the last time (the other operand is a
+// view of h's buffer at other indices). 20 steps bitwise.
+struct SymNet {
+  SymNet() : rngs{{"params", 6}}, l1(8, 16, rngs), l2(16, 4, rngs), opt(params(), {.lr = 1e-2}) {}
+  nn::ParameterList params() {
+    std::vector<nn::Parameter> p = l1.parameters().params();
+    for (const nn::Parameter& q : l2.parameters()) p.push_back(q);
+    return p;
+  }
+  std::vector<Tensor> step(const std::vector<Tensor>& in) {
+    Tensor h = l1.forward(in[0]);  // [16, 16]
+    Tensor loss = cross_entropy(l2.forward(h + transpose(h, 0, 1)), in[1]);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    return {loss};
+  }
+  Rngs rngs;
+  nn::Linear l1, l2;
+  optim::Adam opt;
+};
+
+TEST(CompiledPasses, MemoryPlanKeepsAnInputAnotherOperandReadsElsewhere) {
+  SymNet eager, compiled;
+  CompiledStep step([&](const std::vector<Tensor>& in) { return compiled.step(in); });
+  for (int64_t i = 0; i < 20; ++i)
+    ASSERT_EQ(bits(eager.step(batch(i))[0].item<float>()), bits(step(batch(i))[0].item<float>())) << i;
+  auto pe = eager.params(), pc = compiled.params();
+  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
 }
 
 }  // namespace
