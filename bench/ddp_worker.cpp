@@ -2,18 +2,21 @@
 // bench/ddp_bench.cpp (kiln_bench ddp_cnn_b64 | ddp_gpt_char | ddp_allreduce)
 // or by hand:
 //
-//   mpirun -np 2 build-bench/bench/kiln_ddp_bench cnn  [--steps N] [--single-bucket] [--no-thread]
-//   mpirun -np 2 build-bench/bench/kiln_ddp_bench gpt  [--steps N] [--single-bucket] [--no-thread]
+//   mpirun -np 2 build-bench/bench/kiln_ddp_bench cnn  [--steps N] [--single-bucket] [--no-thread|--thread] [--mpi]
+//   mpirun -np 2 build-bench/bench/kiln_ddp_bench gpt  [--steps N] [--single-bucket] [--no-thread|--thread] [--mpi]
 //   mpirun -np 2 build-bench/bench/kiln_ddp_bench allreduce
 //
 // cnn: bench/train_cnn_bench.cpp's cnn_b64 (global batch 64: 32 a rank), Adam;
 // gpt: gpt_char (global batch 12 x 64 tokens: 6 sequences a rank), AdamW.
 // Each rank runs its own threads (KILN_NUM_THREADS, 1 for the 2 x 1
 // against 1 x 2 comparison). --single-bucket reduces everything in one
-// all-reduce after backward instead of bucketing during it; --no-thread
-// reduces the buckets from the training thread (MPI_Iallreduce progressed by
-// the gradient hooks, DataParallelOptions::overlap = false) instead of a
-// communication thread (metrics "_no_thread"). Rank 0 prints one
+// all-reduce after backward instead of bucketing during it. Progress: by
+// default DataParallel's policy (NOTE [Progress policy]; metric
+// "comm_thread" says what it chose); --no-thread forces the gradient hooks
+// (DataParallelOptions::overlap = false, metrics "_no_thread"), --thread a
+// communication thread ("_thread"). --mpi reduces with MPI's all-reduce
+// instead of through shared memory (shared_memory = false, "_mpi"; NOTE
+// [Shared-memory reduction] in src/dist/shared_buckets.h). Rank 0 prints one
 // JSON line per figure, as kiln_bench does: throughput over every rank, the
 // seconds a step waited for communication that backward did not hide, and
 // the CPU seconds a step cost over every rank ("cpu"). Run without mpirun
@@ -26,6 +29,7 @@
 #include <ctime>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,23 +85,34 @@ void time_steps(const std::string& bench, const std::string& variant, int steps,
   emit(bench, "cpu" + variant, "ms/step", cpu.to_vector<double>()[0] / steps * 1e3);
 }
 
-// The metric suffix of a variant.
-std::string variant(bool single, bool no_thread) {
-  return std::string(single ? "_single_bucket" : "") + (no_thread ? "_no_thread" : "");
-}
+struct Variant {
+  bool single = false;             // one bucket, reduced after backward
+  std::optional<bool> overlap;     // unset: the policy
+  bool mpi = false;                // MPI's all-reduce, not shared memory
+  // The metric suffix.
+  std::string suffix() const {
+    return std::string(single ? "_single_bucket" : "") + (overlap ? (*overlap ? "_thread" : "_no_thread") : "") +
+           (mpi ? "_mpi" : "");
+  }
+  dist::DataParallelOptions options() const {
+    dist::DataParallelOptions o;
+    if (single) o.first_bucket_bytes = o.bucket_bytes = int64_t(1) << 40;
+    o.overlap = overlap;
+    o.shared_memory = !mpi;
+    return o;
+  }
+};
 
-void cnn(int steps, bool single, bool no_thread) {
+void cnn(int steps, const Variant& v) {
   const int64_t global = 64, local = global / dist::world_size();
   Rngs rngs(0);
   nn::Sequential net = cnn_model(nn::Init(rngs));
-  dist::DataParallelOptions o;
-  if (single) o.first_bucket_bytes = o.bucket_bytes = int64_t(1) << 40;
-  o.overlap = !no_thread;
-  dist::DataParallel ddp(net, o);
+  dist::DataParallel ddp(net, v.options());
+  emit("ddp_cnn_b64", "comm_thread" + v.suffix(), "bool", ddp.uses_comm_thread());
   optim::Adam opt(net.parameters(), {.lr = 1e-3});
   Generator gen(uint64_t(1 + dist::rank()));
   Tensor x = randn({local, 1, 28, 28}, gen), y = randint(0, 10, {local}, gen);
-  time_steps("ddp_cnn_b64", variant(single, no_thread), steps, double(global), "samples/s", [&] {
+  time_steps("ddp_cnn_b64", v.suffix(), steps, double(global), "samples/s", [&] {
     cross_entropy(net.forward(x), y).backward();
     ddp.synchronize();
     opt.step();
@@ -106,19 +121,17 @@ void cnn(int steps, bool single, bool no_thread) {
   });
 }
 
-void gpt(int steps, bool single, bool no_thread) {
+void gpt(int steps, const Variant& v) {
   const int64_t global = 12, local = global / dist::world_size(), T = 64;
   Rngs rngs(0);
   models::GPTConfig cfg{};
   models::GPT model(cfg, rngs);
-  dist::DataParallelOptions o;
-  if (single) o.first_bucket_bytes = o.bucket_bytes = int64_t(1) << 40;
-  o.overlap = !no_thread;
-  dist::DataParallel ddp(model, o);
+  dist::DataParallel ddp(model, v.options());
+  emit("ddp_gpt_char", "comm_thread" + v.suffix(), "bool", ddp.uses_comm_thread());
   optim::AdamW opt(model.parameters(), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1});
   Generator gen(uint64_t(1 + dist::rank()));
   Tensor idx = randint(0, cfg.vocab_size, {local, T}, gen), tgt = randint(0, cfg.vocab_size, {local, T}, gen);
-  time_steps("ddp_gpt_char", variant(single, no_thread), steps, double(global * T), "tokens/s", [&] {
+  time_steps("ddp_gpt_char", v.suffix(), steps, double(global * T), "tokens/s", [&] {
     model.loss(idx, tgt).backward();
     ddp.synchronize();
     opt.step();
@@ -148,18 +161,20 @@ int main(int argc, char** argv) {
   dist::init(&argc, &argv);
   const std::string mode = argc > 1 ? argv[1] : "";
   int steps = mode == "gpt" ? 20 : 10;
-  bool single = false, no_thread = false;
+  Variant v;
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--single-bucket")) single = true;
-    else if (!std::strcmp(argv[i], "--no-thread")) no_thread = true;
+    else if (!std::strcmp(argv[i], "--single-bucket")) v.single = true;
+    else if (!std::strcmp(argv[i], "--no-thread")) v.overlap = false;
+    else if (!std::strcmp(argv[i], "--thread")) v.overlap = true;
+    else if (!std::strcmp(argv[i], "--mpi")) v.mpi = true;
   }
   try {
-    if (mode == "cnn") cnn(steps, single, no_thread);
-    else if (mode == "gpt") gpt(steps, single, no_thread);
+    if (mode == "cnn") cnn(steps, v);
+    else if (mode == "gpt") gpt(steps, v);
     else if (mode == "allreduce") allreduce();
     else {
-      std::fprintf(stderr, "usage: mpirun -np N %s cnn|gpt|allreduce [--steps N] [--single-bucket] [--no-thread]\n", argv[0]);
+      std::fprintf(stderr, "usage: mpirun -np N %s cnn|gpt|allreduce [--steps N] [--single-bucket] [--no-thread|--thread] [--mpi]\n", argv[0]);
       return 2;
     }
   } catch (const std::exception& e) {

@@ -3,6 +3,7 @@
 #include "kiln/dist/data_parallel.h"
 
 #include <mpi.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,7 +19,9 @@
 #include "kiln/autograd/hooks.h"
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/core/parallel.h"
 #include "src/dist/mpi_util.h"
+#include "src/dist/shared_buckets.h"
 
 namespace kiln::dist {
 
@@ -31,7 +34,41 @@ double now_seconds() {
 // Copies `src` (contiguous, numel elements of dtype) to dst bytes.
 void copy_out(const Tensor& src, void* dst) { std::memcpy(dst, src.data_ptr(), size_t(src.nbytes())); }
 
+// The CPUs of this machine, which its ranks share (NOTE [Progress
+// policy]): the hardware's count, or, when this process may run on all of them
+// (not bound to some), what kiln::available_cpus() allows (a cgroup CPU quota
+// limits every rank of the container at once).
+int machine_cpus() {
+  const int hw = int(std::thread::hardware_concurrency());
+  cpu_set_t set;
+  const int affinity = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : hw;
+  if (hw <= 0) return available_cpus();
+  return affinity >= hw ? std::min(hw, available_cpus()) : hw;
+}
+
+// The ranks of comm on this node (MPI_COMM_TYPE_SHARED).
+int local_ranks(MPI_Comm comm) {
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS || node == MPI_COMM_NULL)
+    return world_size();
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
 }  // namespace
+
+bool comm_thread_has_a_core(int local_ranks, int threads_per_rank, int rank_cpus, int machine_cpus) {
+  KILN_CHECK(local_ranks >= 1 && threads_per_rank >= 1 && rank_cpus >= 1 && machine_cpus >= 1,
+             "dist.comm_thread_has_a_core",
+             "every count must be at least 1, got local_ranks {}, threads_per_rank {}, rank_cpus {}, machine_cpus {}",
+             local_ranks, threads_per_rank, rank_cpus, machine_cpus);
+  // Unbound ranks (rank_cpus = machine_cpus) share the machine: the first
+  // test decides. Ranks bound to disjoint sets of CPUs: local_ranks x
+  // rank_cpus <= machine_cpus, so the second implies the first.
+  return int64_t(local_ranks) * threads_per_rank < machine_cpus && threads_per_rank < rank_cpus;
+}
 
 struct DataParallel::Impl {
   struct Bucket {
@@ -55,6 +92,9 @@ struct DataParallel::Impl {
   // Without the thread: the launched buckets' non-blocking reductions (one
   // request per piece of at most INT_MAX elements), progressed by the hooks.
   std::vector<MPI_Request> requests;
+  // Every rank on this machine: the buckets live in shared memory and the
+  // ranks reduce them with loads and stores (NOTE [Shared-memory reduction]).
+  std::unique_ptr<detail::SharedBuckets> shm;
 
   // ---- the communication thread (overlap), guarded by mutex ----
   bool threaded = false;
@@ -87,6 +127,10 @@ struct DataParallel::Impl {
   // once the training thread waits in finish() there is nothing left to
   // share the core with, and the thread tests without sleeping.
   void reduce_bucket(size_t b) {
+    if (shm) {
+      shm->wait_all(b + 1);  // takes chunks while any are left; sleeps on a futex between
+      return;
+    }
     Bucket& bk = buckets[b];
     MPI_Datatype type = detail::mpi_type(bk.dtype, "DataParallel", true);
     detail::chunked(bk.flat.data_ptr(), bk.flat.numel(), itemsize(bk.dtype), "DataParallel", [&](void* p, int n) {
@@ -125,6 +169,10 @@ struct DataParallel::Impl {
   // has no progress thread for shared memory or TCP): each ready gradient
   // tests the outstanding reductions, so they advance while backward runs.
   void progress() {
+    if (shm) {
+      for (size_t b = 0; b < launched; ++b) shm->reduce_some(b);
+      return;
+    }
     if (requests.empty()) return;
     int all_done = 0;
     detail::check_mpi(MPI_Testall(int(requests.size()), requests.data(), &all_done, MPI_STATUSES_IGNORE),
@@ -201,8 +249,12 @@ struct DataParallel::Impl {
     for (size_t i = 0; i < bk.params.size(); ++i)
       if (!ready[b][i]) adopt(b, i);
     ++launched;
+    if (shm) shm->mark_ready(b);
     if (!threaded) {
-      start_bucket(b);
+      if (shm)
+        shm->reduce_some(b);
+      else
+        start_bucket(b);
       std::lock_guard lock(mutex);
       ++done;
       return;
@@ -222,6 +274,7 @@ struct DataParallel::Impl {
   // then hold the sums (divided by the world size for Mean).
   void finish() {
     const double t0 = now_seconds();
+    if (shm && !threaded) shm->wait_all(launched);
     if (!threaded && !requests.empty()) {
       // Test in a loop (MPI_Waitall would too): the first 200 us without a
       // pause, then with 20 us sleeps, so that a rank waiting for a slower
@@ -333,14 +386,25 @@ DataParallel::DataParallel(nn::Module& module, DataParallelOptions options)
     bk.params.push_back(p);
     bytes += p.nbytes();
   }
-  for (Impl::Bucket& bk : m.buckets) {
-    bk.flat = Tensor::empty({bk.offsets.back() + bk.params.back().numel()}, bk.dtype);
-    std::memset(bk.flat.data_ptr(), 0, size_t(bk.flat.nbytes()));
-    m.ready.emplace_back(bk.params.size(), 0);
-  }
-
   detail::check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &m.comm), op);
   MPI_Comm_set_errhandler(m.comm, MPI_ERRORS_RETURN);
+  std::vector<int64_t> numel;
+  std::vector<DType> dtypes;
+  for (Impl::Bucket& bk : m.buckets) {
+    numel.push_back(bk.offsets.back() + bk.params.back().numel());
+    dtypes.push_back(bk.dtype);
+  }
+  if (options_.shared_memory && world_size() > 1) m.shm = detail::SharedBuckets::create(m.comm, numel, dtypes);
+  for (size_t b = 0; b < m.buckets.size(); ++b) {
+    Impl::Bucket& bk = m.buckets[b];
+    if (m.shm) {  // a fresh segment: zeros
+      bk.flat = Tensor::make_view(m.shm->storage(), {numel[b]}, {1}, m.shm->offset(b), bk.dtype);
+    } else {
+      bk.flat = Tensor::empty({numel[b]}, bk.dtype);
+      std::memset(bk.flat.data_ptr(), 0, size_t(bk.flat.nbytes()));
+    }
+    m.ready.emplace_back(bk.params.size(), 0);
+  }
   if (options_.broadcast_at_start) broadcast_parameters();
 
   for (Impl::Bucket& bk : m.buckets)
@@ -349,7 +413,11 @@ DataParallel::DataParallel(nn::Module& module, DataParallelOptions options)
       m.hooks.emplace_back(p, autograd::register_post_accumulate_grad_hook(
                                   p, [impl](const Tensor& leaf) { impl->on_ready(leaf); }));
     }
-  m.threaded = options_.overlap && thread_multiple() && world_size() > 1;
+  const bool thread = options_.overlap.has_value()
+                          ? *options_.overlap
+                          : world_size() > 1 && comm_thread_has_a_core(local_ranks(m.comm), get_num_threads(),
+                                                                       available_cpus(), machine_cpus());
+  m.threaded = thread && thread_multiple() && world_size() > 1;
   if (m.threaded) m.thread = std::thread([impl = impl_.get()] { impl->thread_loop(); });
 }
 
@@ -400,6 +468,9 @@ std::vector<int64_t> DataParallel::bucket_sizes() const {
 }
 
 double DataParallel::last_wait_seconds() const { return impl_->wait_seconds; }
+
+bool DataParallel::uses_comm_thread() const { return impl_->threaded; }
+bool DataParallel::uses_shared_memory() const { return impl_->shm != nullptr; }
 
 namespace {
 
