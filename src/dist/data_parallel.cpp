@@ -3,7 +3,9 @@
 #include "kiln/dist/data_parallel.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -30,6 +32,14 @@ namespace {
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// CPU seconds of a clock (this thread's, or another thread's).
+double cpu_seconds_of(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+double thread_cpu() { return cpu_seconds_of(CLOCK_THREAD_CPUTIME_ID); }
 
 // Copies `src` (contiguous, numel elements of dtype) to dst bytes.
 void copy_out(const Tensor& src, void* dst) { std::memcpy(dst, src.data_ptr(), size_t(src.nbytes())); }
@@ -88,6 +98,9 @@ struct DataParallel::Impl {
   bool sync = true;
   ReduceOp reduce = ReduceOp::Mean;
   double wait_seconds = 0;
+  // CPU seconds of this synced backward's hooks and synchronize (copies into
+  // the buckets, reductions, waits), and of the communication thread.
+  double cpu_seconds = 0, span_start = 0, thread_start = 0, last_cpu_seconds = 0;
   MPI_Comm comm = MPI_COMM_NULL;
   // Without the thread: the launched buckets' non-blocking reductions (one
   // request per piece of at most INT_MAX elements), progressed by the hooks.
@@ -211,6 +224,8 @@ struct DataParallel::Impl {
       buckets[b].pending = int(buckets[b].params.size());
     }
     launched = 0;
+    cpu_seconds = 0;
+    if (threaded) thread_start = comm_thread_cpu();
     {
       std::lock_guard lock(mutex);
       done = 0;
@@ -249,7 +264,8 @@ struct DataParallel::Impl {
     for (size_t i = 0; i < bk.params.size(); ++i)
       if (!ready[b][i]) adopt(b, i);
     ++launched;
-    if (shm) shm->mark_ready(b);
+    // (Mean's division by the world size is made in the same pass.)
+    if (shm) shm->mark_ready(b, reduce == ReduceOp::Mean ? 1.0 / world_size() : 1.0);
     if (!threaded) {
       if (shm)
         shm->reduce_some(b);
@@ -306,10 +322,17 @@ struct DataParallel::Impl {
       }
     }
     wait_seconds = now_seconds() - t0;
+    struct LastCpu {  // once the buffers are final (the scaling below is part of the cost)
+      Impl& m;
+      ~LastCpu() {
+        m.last_cpu_seconds = m.cpu_seconds + (thread_cpu() - m.span_start) +
+                             (m.threaded ? m.comm_thread_cpu() - m.thread_start : 0.0);
+      }
+    } last{*this};
     const int world = world_size();
     for (size_t b = 0; b < buckets.size(); ++b) {
       Bucket& bk = buckets[b];
-      if (reduce == ReduceOp::Mean && world > 1) detail::scale(bk.flat, 1.0 / world);
+      if (reduce == ReduceOp::Mean && world > 1 && !shm) detail::scale(bk.flat, 1.0 / world);
       // A gradient replaced after it was adopted (a hook that set another)
       // gets its slot back: the reduced sum is in the slot.
       for (size_t i = 0; i < bk.params.size(); ++i) {
@@ -325,8 +348,21 @@ struct DataParallel::Impl {
     active = false;
   }
 
+  double comm_thread_cpu() {
+    clockid_t clock;
+    return pthread_getcpuclockid(thread.native_handle(), &clock) == 0 ? cpu_seconds_of(clock) : 0.0;
+  }
+
+  // Adds the CPU time of a hook or synchronize to cpu_seconds.
+  struct CpuSpan {
+    explicit CpuSpan(Impl& m) : m(m) { m.span_start = thread_cpu(); }
+    ~CpuSpan() { m.cpu_seconds += thread_cpu() - m.span_start; }
+    Impl& m;
+  };
+
   void on_ready(const Tensor& leaf) {
     if (!sync) return;
+    CpuSpan span(*this);
     if (!active) begin_backward();
     auto it = where.find(leaf.impl());
     if (it == where.end()) return;
@@ -444,6 +480,7 @@ void DataParallel::set_reduce(ReduceOp op) {
 void DataParallel::synchronize() {
   Impl& m = *impl_;
   if (!m.active) return;
+  Impl::CpuSpan span(m);
   while (m.launched < m.buckets.size()) m.launch(m.launched);  // unused parameters count as zero
   m.finish();
 }
@@ -468,6 +505,7 @@ std::vector<int64_t> DataParallel::bucket_sizes() const {
 }
 
 double DataParallel::last_wait_seconds() const { return impl_->wait_seconds; }
+double DataParallel::last_comm_cpu_seconds() const { return impl_->last_cpu_seconds; }
 
 bool DataParallel::uses_comm_thread() const { return impl_->threaded; }
 bool DataParallel::uses_shared_memory() const { return impl_->shm != nullptr; }

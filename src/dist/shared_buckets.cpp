@@ -52,16 +52,32 @@ void futex_wake(std::atomic<int32_t>* word) {
 
 void unmap(void* data, void* bytes) { munmap(data, reinterpret_cast<size_t>(bytes)); }
 
-// Sums rank order's elements [lo, hi) and stores the sum into every buffer.
+// x * scale as detail::scale computes it (ReduceOp::Mean's 1 / world size):
+// in double, rounded to T, so that both transports give the same bits.
 template <class T>
-void sum_into_all(char* const* bases, int n, int64_t offset, int64_t lo, int64_t hi) {
+T scaled(T x, double scale) {
+  return T(double(x) * scale);
+}
+
+// Sums elements [lo, hi) over the ranks' buffers in rank order, times scale
+// (1: none), and stores the result into every buffer.
+template <class T>
+void sum_into_all(char* const* bases, int n, int64_t offset, int64_t lo, int64_t hi, double scale) {
   if (n == 2) {  // the common case, vectorised: a + b into both
     T* __restrict a = reinterpret_cast<T*>(bases[0]) + offset;
     T* __restrict b = reinterpret_cast<T*>(bases[1]) + offset;
-    for (int64_t i = lo; i < hi; ++i) {
-      const T s = a[i] + b[i];
-      a[i] = s;
-      b[i] = s;
+    if (scale == 1.0) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const T s = a[i] + b[i];
+        a[i] = s;
+        b[i] = s;
+      }
+    } else {
+      for (int64_t i = lo; i < hi; ++i) {
+        const T s = scaled(T(a[i] + b[i]), scale);
+        a[i] = s;
+        b[i] = s;
+      }
     }
     return;
   }
@@ -75,6 +91,8 @@ void sum_into_all(char* const* bases, int n, int64_t offset, int64_t lo, int64_t
       const T* src = reinterpret_cast<const T*>(bases[r]) + offset + i0;
       for (int64_t i = 0; i < m; ++i) acc[i] += src[i];
     }
+    if (scale != 1.0)
+      for (int64_t i = 0; i < m; ++i) acc[i] = scaled(acc[i], scale);
     for (int r = 0; r < n; ++r) std::copy(acc, acc + m, reinterpret_cast<T*>(bases[r]) + offset + i0);
   }
 }
@@ -210,8 +228,9 @@ void SharedBuckets::wake() {
   if (word(1).load(std::memory_order_seq_cst) > 0) futex_wake(&word(0));
 }
 
-void SharedBuckets::mark_ready(size_t b) {
+void SharedBuckets::mark_ready(size_t b, double scale) {
   Bucket& bk = buckets_[b];
+  bk.scale = scale;
   ++bk.generation;
   ready(b, rank_).store(bk.generation, std::memory_order_release);
   wake();
@@ -222,9 +241,9 @@ void SharedBuckets::reduce_chunk(size_t b, int64_t chunk) {
   const int64_t per = std::max<int64_t>(1, kChunkBytes / itemsize(bk.dtype));
   const int64_t lo = chunk * per, hi = std::min(bk.numel, lo + per);
   if (bk.dtype == kF64)
-    sum_into_all<double>(bases_.data(), size_, bk.offset, lo, hi);
+    sum_into_all<double>(bases_.data(), size_, bk.offset, lo, hi, bk.scale);
   else
-    sum_into_all<float>(bases_.data(), size_, bk.offset, lo, hi);
+    sum_into_all<float>(bases_.data(), size_, bk.offset, lo, hi, bk.scale);
 }
 
 bool SharedBuckets::reduce_one(size_t b, int share) {

@@ -57,7 +57,9 @@ class SharedBuckets {
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   int64_t offset(size_t b) const { return buckets_[b].offset; }
 
-  void mark_ready(size_t b);
+  /// The sums are multiplied by scale (every rank passes the same: 1, or
+  /// ReduceOp::Mean's 1 / world size), in the same pass.
+  void mark_ready(size_t b, double scale = 1.0);
   /// From a hook: reduces this rank's share of bucket b if every rank is ready.
   void reduce_some(size_t b);
   /// Reduces and waits until buckets [0, n) are reduced on every rank.
@@ -70,6 +72,7 @@ class SharedBuckets {
     int64_t numel = 0;
     int64_t chunks = 0;
     int64_t generation = 0;  // reductions this rank has started
+    double scale = 1.0;
   };
   SharedBuckets() = default;
   // Counters in rank 0's segment, each on a cache line of its own.

@@ -109,6 +109,11 @@ class DataParallel {
   /// Seconds the caller waited for reductions in the last synchronize (the
   /// part of communication that backward did not hide).
   double last_wait_seconds() const;
+  /// CPU seconds this rank spent on the last synced backward's gradients: in
+  /// the gradient hooks and synchronize (copies into the buckets, reductions,
+  /// waiting) and on the communication thread. Compute excluded, so that
+  /// configurations compare on a busy machine (bench/ddp_worker.cpp).
+  double last_comm_cpu_seconds() const;
 
  private:
   struct Impl;
