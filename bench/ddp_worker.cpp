@@ -29,6 +29,8 @@
 #include <ctime>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -98,14 +100,16 @@ struct Variant {
   bool single = false;             // one bucket, reduced after backward
   std::optional<bool> overlap;     // unset: the policy
   bool mpi = false;                // MPI's all-reduce, not shared memory
+  int64_t bucket_kib = 0;          // > 0: every bucket's cap (first and others), KiB
   // The metric suffix.
   std::string suffix() const {
     return std::string(single ? "_single_bucket" : "") + (overlap ? (*overlap ? "_thread" : "_no_thread") : "") +
-           (mpi ? "_mpi" : "");
+           (mpi ? "_mpi" : "") + (bucket_kib > 0 ? "_bucket_" + std::to_string(bucket_kib) + "k" : "");
   }
   dist::DataParallelOptions options() const {
     dist::DataParallelOptions o;
     if (single) o.first_bucket_bytes = o.bucket_bytes = int64_t(1) << 40;
+    if (bucket_kib > 0) o.first_bucket_bytes = o.bucket_bytes = bucket_kib << 10;
     o.overlap = overlap;
     o.shared_memory = !mpi;
     return o;
@@ -118,6 +122,7 @@ void cnn(int steps, const Variant& v) {
   nn::Sequential net = cnn_model(nn::Init(rngs));
   dist::DataParallel ddp(net, v.options());
   emit("ddp_cnn_b64", "comm_thread" + v.suffix(), "bool", ddp.uses_comm_thread());
+  emit("ddp_cnn_b64", "buckets" + v.suffix(), "count", double(ddp.bucket_sizes().size()));
   optim::Adam opt(net.parameters(), {.lr = 1e-3});
   Generator gen(uint64_t(1 + dist::rank()));
   Tensor x = randn({local, 1, 28, 28}, gen), y = randint(0, 10, {local}, gen);
@@ -137,6 +142,7 @@ void gpt(int steps, const Variant& v) {
   models::GPT model(cfg, rngs);
   dist::DataParallel ddp(model, v.options());
   emit("ddp_gpt_char", "comm_thread" + v.suffix(), "bool", ddp.uses_comm_thread());
+  emit("ddp_gpt_char", "buckets" + v.suffix(), "count", double(ddp.bucket_sizes().size()));
   optim::AdamW opt(model.parameters(), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1});
   Generator gen(uint64_t(1 + dist::rank()));
   Tensor idx = randint(0, cfg.vocab_size, {local, T}, gen), tgt = randint(0, cfg.vocab_size, {local, T}, gen);
@@ -147,6 +153,103 @@ void gpt(int steps, const Variant& v) {
     opt.zero_grad();
     return std::pair{ddp.last_wait_seconds(), ddp.last_comm_cpu_seconds()};
   });
+}
+
+// One configuration's model, DataParallel, optimizer and local batch, for
+// compare(): step() runs one synced step and returns what time_steps' do.
+struct Job {
+  std::string name;
+  std::shared_ptr<void> state;
+  std::function<std::pair<double, double>()> step;
+};
+
+template <class Model, class Opt>
+struct State {
+  Rngs rngs{0};
+  Model model;
+  dist::DataParallel ddp;
+  Opt opt;
+  Tensor x, y;
+  template <class MakeModel, class OptOptions>
+  State(MakeModel&& make, const Variant& v, OptOptions o)
+      : model(make(rngs)), ddp(model, v.options()), opt(model.parameters(), o) {}
+};
+
+Job make_job(const std::string& which, const Variant& v) {
+  Generator gen(uint64_t(1 + dist::rank()));
+  Job job{which + (v.suffix().empty() ? "_default" : v.suffix()), nullptr, nullptr};
+  if (which == "cnn") {
+    using S = State<nn::Sequential, optim::Adam>;
+    auto s = std::make_shared<S>([](Rngs& r) { return cnn_model(nn::Init(r)); }, v, optim::AdamOptions{.lr = 1e-3});
+    const int64_t local = 64 / dist::world_size();
+    s->x = randn({local, 1, 28, 28}, gen);
+    s->y = randint(0, 10, {local}, gen);
+    job.step = [s = s.get()] {
+      cross_entropy(s->model.forward(s->x), s->y).backward();
+      s->ddp.synchronize();
+      s->opt.step();
+      s->opt.zero_grad();
+      return std::pair{s->ddp.last_wait_seconds(), s->ddp.last_comm_cpu_seconds()};
+    };
+    job.state = s;
+  } else {
+    using S = State<models::GPT, optim::AdamW>;
+    models::GPTConfig cfg{};
+    auto s = std::make_shared<S>([&](Rngs& r) { return models::GPT(cfg, r); }, v,
+                                 optim::AdamWOptions{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1});
+    const int64_t local = 12 / dist::world_size(), T = 64;
+    s->x = randint(0, cfg.vocab_size, {local, T}, gen);
+    s->y = randint(0, cfg.vocab_size, {local, T}, gen);
+    job.step = [s = s.get()] {
+      s->model.loss(s->x, s->y).backward();
+      s->ddp.synchronize();
+      s->opt.step();
+      s->opt.zero_grad();
+      return std::pair{s->ddp.last_wait_seconds(), s->ddp.last_comm_cpu_seconds()};
+    };
+    job.state = s;
+  }
+  return job;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// compare cnn|gpt: the configurations' steps interleaved in one process (A B C
+// D, B C D A, ...), so that each sees the same load; per configuration the
+// medians over steps of the step's wall time (rank 0), its CPU and its
+// communication's CPU (both summed over the ranks). Analysis, not bench/run.
+void compare(const std::string& which, int steps) {
+  std::vector<Variant> variants(4);
+  variants[1].single = true;
+  variants[2].mpi = true;
+  variants[3].mpi = variants[3].single = true;
+  std::vector<Job> jobs;
+  for (const Variant& v : variants) jobs.push_back(make_job(which, v));
+  const size_t n = jobs.size();
+  for (int i = 0; i < 3; ++i)
+    for (Job& j : jobs) j.step();
+  std::vector<std::vector<double>> wall(n), cpu(n), comm(n);
+  for (int i = 0; i < steps; ++i)
+    for (size_t k = 0; k < n; ++k) {
+      const size_t j = (k + size_t(i)) % n;
+      const double t0 = now(), c0 = cpu_now();
+      const double c = jobs[j].step().second;
+      cpu[j].push_back(cpu_now() - c0);
+      wall[j].push_back(now() - t0);
+      comm[j].push_back(c);
+    }
+  for (size_t j = 0; j < n; ++j) {
+    Tensor sums = tensor(cpu[j]), comms = tensor(comm[j]);
+    dist::all_reduce(sums);
+    dist::all_reduce(comms);
+    const std::string bench = "compare_" + jobs[j].name;
+    emit(bench, "step_wall_median", "ms", median(wall[j]) * 1e3);
+    emit(bench, "cpu_median", "ms/step", median(sums.to_vector<double>()) * 1e3);
+    emit(bench, "comm_cpu_median", "ms/step", median(comms.to_vector<double>()) * 1e3);
+  }
 }
 
 void allreduce() {
@@ -177,13 +280,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--no-thread")) v.overlap = false;
     else if (!std::strcmp(argv[i], "--thread")) v.overlap = true;
     else if (!std::strcmp(argv[i], "--mpi")) v.mpi = true;
+    else if (!std::strcmp(argv[i], "--bucket-kib") && i + 1 < argc) v.bucket_kib = std::atoll(argv[++i]);
   }
   try {
-    if (mode == "cnn") cnn(steps, v);
+    if (mode == "compare" && argc > 2) compare(argv[2], steps);
+    else if (mode == "cnn") cnn(steps, v);
     else if (mode == "gpt") gpt(steps, v);
     else if (mode == "allreduce") allreduce();
     else {
-      std::fprintf(stderr, "usage: mpirun -np N %s cnn|gpt|allreduce [--steps N] [--single-bucket] [--no-thread|--thread] [--mpi]\n", argv[0]);
+      std::fprintf(stderr, "usage: mpirun -np N %s cnn|gpt|allreduce [--steps N] [--single-bucket] [--no-thread|--thread] [--mpi] [--bucket-kib N]\n", argv[0]);
       return 2;
     }
   } catch (const std::exception& e) {
