@@ -77,7 +77,8 @@ struct DataParallelOptions {
 
 class DataParallel {
  public:
-  /// dist::init() must have run. Every rank wraps the same architecture.
+  /// dist::init() must have run. Every rank wraps the same architecture,
+  /// with the same bucket sizes and shared_memory (collectives at construction).
   explicit DataParallel(nn::Module& module, DataParallelOptions options = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
