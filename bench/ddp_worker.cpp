@@ -5,6 +5,7 @@
 //   mpirun -np 2 build-bench/bench/kiln_ddp_bench cnn  [--steps N] [--single-bucket] [--no-thread|--thread] [--mpi]
 //   mpirun -np 2 build-bench/bench/kiln_ddp_bench gpt  [--steps N] [--single-bucket] [--no-thread|--thread] [--mpi]
 //   mpirun -np 2 build-bench/bench/kiln_ddp_bench allreduce
+//   mpirun -np 2 build-bench/bench/kiln_ddp_bench compare cnn|gpt [--steps N]
 //
 // cnn: bench/train_cnn_bench.cpp's cnn_b64 (global batch 64: 32 a rank), Adam;
 // gpt: gpt_char (global batch 12 x 64 tokens: 6 sequences a rank), AdamW.
@@ -19,7 +20,8 @@
 // [Shared-memory reduction] in src/dist/shared_buckets.h). Rank 0 prints one
 // JSON line per figure, as kiln_bench does: throughput over every rank, the
 // seconds a step waited for communication that backward did not hide, and
-// the CPU seconds a step cost over every rank ("cpu"). Run without mpirun
+// the CPU seconds a step cost over every rank ("cpu"), and its gradient
+// communication's part ("comm_cpu"). Run without mpirun
 // and KILN_NUM_THREADS=2 it is the 1 process x 2 threads reference (a world
 // of one: DataParallel reduces nothing).
 // allreduce: time of one all-reduce of 4 KiB .. 64 MiB f32 (median of 9), the
@@ -290,7 +292,10 @@ int main(int argc, char** argv) {
     else if (mode == "gpt") gpt(steps, v);
     else if (mode == "allreduce") allreduce();
     else {
-      std::fprintf(stderr, "usage: mpirun -np N %s cnn|gpt|allreduce [--steps N] [--single-bucket] [--no-thread|--thread] [--mpi] [--bucket-kib N]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: mpirun -np N %s cnn|gpt|allreduce [--steps N] [--single-bucket] [--no-thread|--thread] "
+                   "[--mpi] [--bucket-kib N]\n       mpirun -np N %s compare cnn|gpt [--steps N]\n",
+                   argv[0], argv[0]);
       return 2;
     }
   } catch (const std::exception& e) {

@@ -113,7 +113,9 @@ std::atomic<int64_t>& SharedBuckets::ready(size_t b, int r) const {
 std::atomic<int64_t>& SharedBuckets::claimed(size_t b, int share) const {
   return counter(3 + int64_t(b) * (2 * size_ + 1) + size_ + share);
 }
-std::atomic<int64_t>& SharedBuckets::done(size_t b) const { return counter(3 + int64_t(b) * (2 * size_ + 1) + 2 * size_); }
+std::atomic<int64_t>& SharedBuckets::done(size_t b) const {
+  return counter(3 + int64_t(b) * (2 * size_ + 1) + 2 * size_);
+}
 
 std::unique_ptr<SharedBuckets> SharedBuckets::create(MPI_Comm comm, const std::vector<int64_t>& numel,
                                                      const std::vector<DType>& dtypes) {
@@ -150,7 +152,9 @@ std::unique_ptr<SharedBuckets> SharedBuckets::create(MPI_Comm comm, const std::v
   static int instance = 0;
   int64_t id[2] = {int64_t(getpid()), int64_t(instance++)};
   check_mpi(MPI_Bcast(id, 2, MPI_INT64_T, 0, comm), op);
-  auto name_of = [&](int r) { return "/kiln-ddp-" + std::to_string(id[0]) + "-" + std::to_string(id[1]) + "-" + std::to_string(r); };
+  auto name_of = [&](int r) {
+    return "/kiln-ddp-" + std::to_string(id[0]) + "-" + std::to_string(id[1]) + "-" + std::to_string(r);
+  };
 
   // Make this rank's segment. posix_fallocate reserves the memory now: a
   // full /dev/shm is a failure here, not a SIGBUS at the first touch.

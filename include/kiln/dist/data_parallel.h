@@ -31,9 +31,9 @@
 // by a communication thread (overlap = true, with MPI_THREAD_MULTIPLE) or
 // from the caller's thread by each later hook (overlap = false; MPI advances
 // a collective only inside its calls); unset, the thread only where it has a
-// core of its own (NOTE [Progress policy]). Buckets are always launched in index order, so
-// every rank issues the same collectives in the same order whatever its
-// backward's order. When the last bucket is launched the hook waits for all
+// core of its own (NOTE [Progress policy]). Buckets are always launched in
+// index order, so every rank issues the same collectives in the same order
+// whatever its backward's order. When the last bucket is launched the hook waits for all
 // of them: after backward() the gradients (the views) hold the sums, with no
 // copy back. synchronize() does the same for a backward that left parameters
 // unused (their gradient counts as zero). The views are reused by the next
