@@ -222,14 +222,15 @@ double median(std::vector<double> v) {
 }
 
 // compare cnn|gpt: the configurations' steps interleaved in one process (A B C
-// D, B C D A, ...), so that each sees the same load; per configuration the
+// D E, B C D E A, ...), so that each sees the same load; per configuration the
 // medians over steps of the step's wall time (rank 0), its CPU and its
 // communication's CPU (both summed over the ranks). Analysis, not bench/run.
 void compare(const std::string& which, int steps) {
-  std::vector<Variant> variants(4);
+  std::vector<Variant> variants(5);
   variants[1].single = true;
   variants[2].mpi = true;
   variants[3].mpi = variants[3].single = true;
+  variants[4].overlap = true;  // a communication thread, whatever the policy says
   std::vector<Job> jobs;
   for (const Variant& v : variants) jobs.push_back(make_job(which, v));
   const size_t n = jobs.size();
