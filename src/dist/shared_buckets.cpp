@@ -28,8 +28,9 @@ namespace {
 constexpr int64_t kLine = 64;
 constexpr int64_t kChunkBytes = int64_t(64) << 10;  // a chunk: 64 KiB of a bucket
 constexpr int64_t kPage = 4096;
-// Spins (a pause and a scan of the counters, 20-30 ns) before a waiting rank sleeps on the futex: a
-// peer's reply within ~10-20 us is caught awake; a longer wait costs no CPU.
+// Spins (a pause and a scan of the counters, 20-30 ns) before a waiting rank
+// sleeps on the futex: a peer's reply within ~10-20 us is caught awake; a
+// longer wait costs no CPU.
 constexpr int kSpins = 600;
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
