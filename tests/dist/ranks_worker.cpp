@@ -246,9 +246,18 @@ TEST(DataParallel, SharedMemoryAndMpiReduceToTheSameBits) {
           grads.push_back(mine);
         }
       }
-      for (size_t i = 1; i < grads.size(); ++i)
-        EXPECT_TRUE(same_bits(grads[0], grads[i])) << name(dtype) << " first bucket " << first << " variant " << i
-                                                   << ": max difference " << max_diff(grads[0], grads[i]);
+      // grads: shared memory (hooks, thread), then MPI (hooks, thread). With 2
+      // ranks every transport adds g0 + g1: the same bits. With more, MPI's
+      // order of additions is its own (shared memory adds in rank order).
+      for (size_t i = 1; i < grads.size(); ++i) {
+        if (W() == 2 || i == 1 || i == 3) {
+          const size_t ref = W() == 2 ? 0 : i - 1;
+          EXPECT_TRUE(same_bits(grads[ref], grads[i])) << name(dtype) << " first bucket " << first << " variant " << i
+                                                       << ": max difference " << max_diff(grads[ref], grads[i]);
+        } else {
+          EXPECT_LE(max_diff(grads[0], grads[i]), 1e-5) << name(dtype) << " variant " << i;
+        }
+      }
       // Every rank holds the same sums.
       for (const Tensor& t : grads[0]) {
         Tensor other = t.clone();
