@@ -1,7 +1,7 @@
 // Data-parallel benches (issue 30): ddp_cnn_b64 and ddp_gpt_char run
 // cnn_b64 and gpt_char on 2 ranks x 1 thread under mpirun (kiln_ddp_bench,
 // bench/ddp_worker.cpp), bucketed during backward and as one all-reduce after
-// it; ddp_allreduce times one all-reduce against the message size. Compare
+// it, through shared memory and through MPI; ddp_allreduce times one all-reduce against the message size. Compare
 // throughput with cnn_b64 / gpt_char at 2 threads (1 process x 2 threads).
 #include <cstdio>
 #include <string>
@@ -35,16 +35,15 @@ void run_ranks(const std::string& args) {
 }  // namespace
 
 void ddp_benches(std::vector<Bench>& out) {
-  out.push_back({"ddp_cnn_b64", [](const std::string&) {
-                   run_ranks("cnn");
-                   run_ranks("cnn --single-bucket");
-                   run_ranks("cnn --no-thread");
-                 }});
-  out.push_back({"ddp_gpt_char", [](const std::string&) {
-                   run_ranks("gpt");
-                   run_ranks("gpt --single-bucket");
-                   run_ranks("gpt --no-thread");
-                 }});
+  // Default (the progress policy, shared memory), one bucket after backward,
+  // a forced communication thread, and both ways again through MPI's all-reduce.
+  for (const char* model : {"cnn", "gpt"}) {
+    const std::string m = model;
+    out.push_back({m == "cnn" ? "ddp_cnn_b64" : "ddp_gpt_char", [m](const std::string&) {
+                     for (const char* v : {"", " --single-bucket", " --thread", " --mpi", " --mpi --single-bucket"})
+                       run_ranks(m + v);
+                   }});
+  }
   out.push_back({"ddp_allreduce", [](const std::string&) { run_ranks("allreduce"); }});
 }
 

@@ -3,6 +3,9 @@
 #include "kiln/dist/data_parallel.h"
 
 #include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,7 +21,9 @@
 #include "kiln/autograd/hooks.h"
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/core/parallel.h"
 #include "src/dist/mpi_util.h"
+#include "src/dist/shared_buckets.h"
 
 namespace kiln::dist {
 
@@ -28,10 +33,52 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// CPU seconds of a clock (this thread's, or another thread's).
+double cpu_seconds_of(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+double thread_cpu() { return cpu_seconds_of(CLOCK_THREAD_CPUTIME_ID); }
+
 // Copies `src` (contiguous, numel elements of dtype) to dst bytes.
 void copy_out(const Tensor& src, void* dst) { std::memcpy(dst, src.data_ptr(), size_t(src.nbytes())); }
 
+// The CPUs of this machine, which its ranks share (NOTE [Progress
+// policy]): the hardware's count, or, when this process may run on all of them
+// (not bound to some), what kiln::available_cpus() allows (a cgroup CPU quota
+// limits every rank of the container at once).
+int machine_cpus() {
+  const int hw = int(std::thread::hardware_concurrency());
+  cpu_set_t set;
+  const int affinity = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : hw;
+  if (hw <= 0) return available_cpus();
+  return affinity >= hw ? std::min(hw, available_cpus()) : hw;
+}
+
+// The ranks of comm on this node (MPI_COMM_TYPE_SHARED).
+int local_ranks(MPI_Comm comm) {
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS || node == MPI_COMM_NULL)
+    return world_size();
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
 }  // namespace
+
+bool comm_thread_has_a_core(int local_ranks, int threads_per_rank, int rank_cpus, int machine_cpus) {
+  KILN_CHECK(local_ranks >= 1 && threads_per_rank >= 1 && rank_cpus >= 1 && machine_cpus >= 1,
+             "dist.comm_thread_has_a_core",
+             "every count must be at least 1, got local_ranks {}, threads_per_rank {}, rank_cpus {}, machine_cpus {}",
+             local_ranks, threads_per_rank, rank_cpus, machine_cpus);
+  // Unbound ranks (rank_cpus = machine_cpus) share the machine: the first
+  // test decides. Ranks bound to disjoint sets of CPUs: local_ranks x
+  // rank_cpus <= machine_cpus, so the second implies the first.
+  return int64_t(local_ranks) * threads_per_rank < machine_cpus && threads_per_rank < rank_cpus;
+}
 
 struct DataParallel::Impl {
   struct Bucket {
@@ -51,10 +98,16 @@ struct DataParallel::Impl {
   bool sync = true;
   ReduceOp reduce = ReduceOp::Mean;
   double wait_seconds = 0;
+  // CPU seconds of this synced backward's hooks and synchronize (copies into
+  // the buckets, reductions, waits), and of the communication thread.
+  double cpu_seconds = 0, span_start = 0, thread_start = 0, last_cpu_seconds = 0;
   MPI_Comm comm = MPI_COMM_NULL;
   // Without the thread: the launched buckets' non-blocking reductions (one
   // request per piece of at most INT_MAX elements), progressed by the hooks.
   std::vector<MPI_Request> requests;
+  // Every rank on this machine: the buckets live in shared memory and the
+  // ranks reduce them with loads and stores (NOTE [Shared-memory reduction]).
+  std::unique_ptr<detail::SharedBuckets> shm;
 
   // ---- the communication thread (overlap), guarded by mutex ----
   bool threaded = false;
@@ -87,6 +140,10 @@ struct DataParallel::Impl {
   // once the training thread waits in finish() there is nothing left to
   // share the core with, and the thread tests without sleeping.
   void reduce_bucket(size_t b) {
+    if (shm) {
+      shm->wait_all(b + 1);  // takes chunks while any are left; sleeps on a futex between
+      return;
+    }
     Bucket& bk = buckets[b];
     MPI_Datatype type = detail::mpi_type(bk.dtype, "DataParallel", true);
     detail::chunked(bk.flat.data_ptr(), bk.flat.numel(), itemsize(bk.dtype), "DataParallel", [&](void* p, int n) {
@@ -125,6 +182,10 @@ struct DataParallel::Impl {
   // has no progress thread for shared memory or TCP): each ready gradient
   // tests the outstanding reductions, so they advance while backward runs.
   void progress() {
+    if (shm) {
+      for (size_t b = 0; b < launched; ++b) shm->reduce_some(b);
+      return;
+    }
     if (requests.empty()) return;
     int all_done = 0;
     detail::check_mpi(MPI_Testall(int(requests.size()), requests.data(), &all_done, MPI_STATUSES_IGNORE),
@@ -163,6 +224,8 @@ struct DataParallel::Impl {
       buckets[b].pending = int(buckets[b].params.size());
     }
     launched = 0;
+    cpu_seconds = 0;
+    if (threaded) thread_start = comm_thread_cpu();
     {
       std::lock_guard lock(mutex);
       done = 0;
@@ -201,8 +264,13 @@ struct DataParallel::Impl {
     for (size_t i = 0; i < bk.params.size(); ++i)
       if (!ready[b][i]) adopt(b, i);
     ++launched;
+    // (Mean's division by the world size is made in the same pass.)
+    if (shm) shm->mark_ready(b, reduce == ReduceOp::Mean ? 1.0 / world_size() : 1.0);
     if (!threaded) {
-      start_bucket(b);
+      if (shm)
+        shm->reduce_some(b);
+      else
+        start_bucket(b);
       std::lock_guard lock(mutex);
       ++done;
       return;
@@ -222,6 +290,7 @@ struct DataParallel::Impl {
   // then hold the sums (divided by the world size for Mean).
   void finish() {
     const double t0 = now_seconds();
+    if (shm && !threaded) shm->wait_all(launched);
     if (!threaded && !requests.empty()) {
       // Test in a loop (MPI_Waitall would too): the first 200 us without a
       // pause, then with 20 us sleeps, so that a rank waiting for a slower
@@ -253,10 +322,17 @@ struct DataParallel::Impl {
       }
     }
     wait_seconds = now_seconds() - t0;
+    struct LastCpu {  // once the buffers are final (the scaling below is part of the cost)
+      Impl& m;
+      ~LastCpu() {
+        m.last_cpu_seconds = m.cpu_seconds + (thread_cpu() - m.span_start) +
+                             (m.threaded ? m.comm_thread_cpu() - m.thread_start : 0.0);
+      }
+    } last{*this};
     const int world = world_size();
     for (size_t b = 0; b < buckets.size(); ++b) {
       Bucket& bk = buckets[b];
-      if (reduce == ReduceOp::Mean && world > 1) detail::scale(bk.flat, 1.0 / world);
+      if (reduce == ReduceOp::Mean && world > 1 && !shm) detail::scale(bk.flat, 1.0 / world);
       // A gradient replaced after it was adopted (a hook that set another)
       // gets its slot back: the reduced sum is in the slot.
       for (size_t i = 0; i < bk.params.size(); ++i) {
@@ -272,8 +348,21 @@ struct DataParallel::Impl {
     active = false;
   }
 
+  double comm_thread_cpu() {
+    clockid_t clock;
+    return pthread_getcpuclockid(thread.native_handle(), &clock) == 0 ? cpu_seconds_of(clock) : 0.0;
+  }
+
+  // Adds the CPU time of a hook or synchronize to cpu_seconds.
+  struct CpuSpan {
+    explicit CpuSpan(Impl& m) : m(m) { m.span_start = thread_cpu(); }
+    ~CpuSpan() { m.cpu_seconds += thread_cpu() - m.span_start; }
+    Impl& m;
+  };
+
   void on_ready(const Tensor& leaf) {
     if (!sync) return;
+    CpuSpan span(*this);
     if (!active) begin_backward();
     auto it = where.find(leaf.impl());
     if (it == where.end()) return;
@@ -333,14 +422,25 @@ DataParallel::DataParallel(nn::Module& module, DataParallelOptions options)
     bk.params.push_back(p);
     bytes += p.nbytes();
   }
-  for (Impl::Bucket& bk : m.buckets) {
-    bk.flat = Tensor::empty({bk.offsets.back() + bk.params.back().numel()}, bk.dtype);
-    std::memset(bk.flat.data_ptr(), 0, size_t(bk.flat.nbytes()));
-    m.ready.emplace_back(bk.params.size(), 0);
-  }
-
   detail::check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &m.comm), op);
   MPI_Comm_set_errhandler(m.comm, MPI_ERRORS_RETURN);
+  std::vector<int64_t> numel;
+  std::vector<DType> dtypes;
+  for (Impl::Bucket& bk : m.buckets) {
+    numel.push_back(bk.offsets.back() + bk.params.back().numel());
+    dtypes.push_back(bk.dtype);
+  }
+  if (options_.shared_memory && world_size() > 1) m.shm = detail::SharedBuckets::create(m.comm, numel, dtypes);
+  for (size_t b = 0; b < m.buckets.size(); ++b) {
+    Impl::Bucket& bk = m.buckets[b];
+    if (m.shm) {  // a fresh segment: zeros
+      bk.flat = Tensor::make_view(m.shm->storage(), {numel[b]}, {1}, m.shm->offset(b), bk.dtype);
+    } else {
+      bk.flat = Tensor::empty({numel[b]}, bk.dtype);
+      std::memset(bk.flat.data_ptr(), 0, size_t(bk.flat.nbytes()));
+    }
+    m.ready.emplace_back(bk.params.size(), 0);
+  }
   if (options_.broadcast_at_start) broadcast_parameters();
 
   for (Impl::Bucket& bk : m.buckets)
@@ -349,7 +449,11 @@ DataParallel::DataParallel(nn::Module& module, DataParallelOptions options)
       m.hooks.emplace_back(p, autograd::register_post_accumulate_grad_hook(
                                   p, [impl](const Tensor& leaf) { impl->on_ready(leaf); }));
     }
-  m.threaded = options_.overlap && thread_multiple() && world_size() > 1;
+  const bool thread = options_.overlap.has_value()
+                          ? *options_.overlap
+                          : world_size() > 1 && comm_thread_has_a_core(local_ranks(m.comm), get_num_threads(),
+                                                                       available_cpus(), machine_cpus());
+  m.threaded = thread && thread_multiple() && world_size() > 1;
   if (m.threaded) m.thread = std::thread([impl = impl_.get()] { impl->thread_loop(); });
 }
 
@@ -376,6 +480,7 @@ void DataParallel::set_reduce(ReduceOp op) {
 void DataParallel::synchronize() {
   Impl& m = *impl_;
   if (!m.active) return;
+  Impl::CpuSpan span(m);
   while (m.launched < m.buckets.size()) m.launch(m.launched);  // unused parameters count as zero
   m.finish();
 }
@@ -400,6 +505,10 @@ std::vector<int64_t> DataParallel::bucket_sizes() const {
 }
 
 double DataParallel::last_wait_seconds() const { return impl_->wait_seconds; }
+double DataParallel::last_comm_cpu_seconds() const { return impl_->last_cpu_seconds; }
+
+bool DataParallel::uses_comm_thread() const { return impl_->threaded; }
+bool DataParallel::uses_shared_memory() const { return impl_->shm != nullptr; }
 
 namespace {
 

@@ -12,7 +12,10 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <thread>
+#include <utility>
 
+#include "kiln/core/parallel.h"
 #include "tests/support/dist_testing.h"
 
 namespace kiln {
@@ -137,14 +140,17 @@ double max_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   return m;
 }
 
-struct Exactness : ::testing::TestWithParam<std::tuple<bool, bool, int64_t>> {};  // masked, overlap, bucket bytes
+// masked, overlap (communication thread), bucket bytes, shared memory (else MPI's all-reduce)
+struct Exactness : ::testing::TestWithParam<std::tuple<bool, bool, int64_t, bool>> {};
 
 TEST_P(Exactness, TwoRanksEqualOneProcessAccumulatingBitForBit) {
-  const auto [masked, overlap, bucket] = GetParam();
+  const auto [masked, overlap, bucket, shared] = GetParam();
   constexpr int kSteps = 50;
   Net ddp_net(uint64_t(7 + R()), masked);  // rank 1's init differs until the broadcast
   dist::DataParallel ddp(*ddp_net.model, {.first_bucket_bytes = bucket, .bucket_bytes = bucket * 4,
-                                          .overlap = overlap});
+                                          .overlap = overlap, .shared_memory = shared});
+  EXPECT_EQ(ddp.uses_shared_memory(), shared);  // both ranks on this machine
+  EXPECT_EQ(ddp.uses_comm_thread(), overlap && dist::thread_multiple());
   if (bucket < 1024) {
     EXPECT_GT(ddp.bucket_sizes().size(), 2u);
   }
@@ -173,11 +179,94 @@ TEST_P(Exactness, TwoRanksEqualOneProcessAccumulatingBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dist, Exactness,
-                         ::testing::Values(std::make_tuple(false, true, int64_t(1) << 20),
-                                           std::make_tuple(true, true, int64_t(1) << 20),
-                                           std::make_tuple(false, true, int64_t(256)),
-                                           std::make_tuple(true, false, int64_t(256)),
-                                           std::make_tuple(false, false, int64_t(1) << 20)));
+                         ::testing::Values(std::make_tuple(false, true, int64_t(1) << 20, true),
+                                           std::make_tuple(true, true, int64_t(1) << 20, true),
+                                           std::make_tuple(false, true, int64_t(256), true),
+                                           std::make_tuple(true, false, int64_t(256), true),
+                                           std::make_tuple(false, false, int64_t(1) << 20, true),
+                                           std::make_tuple(true, true, int64_t(256), false),
+                                           std::make_tuple(false, false, int64_t(256), false),
+                                           std::make_tuple(true, false, int64_t(1) << 20, false)));
+
+TEST(DataParallel, ProgressFollowsThePolicyUnlessForced) {
+  Net net(uint64_t(19 + R()), false);
+  dist::DataParallel thread(*net.model, {.overlap = true});
+  EXPECT_EQ(thread.uses_comm_thread(), dist::thread_multiple());
+  dist::DataParallel hooks(*net.model, {.overlap = false});
+  EXPECT_FALSE(hooks.uses_comm_thread());
+  // Unset: NOTE [Progress policy], with Dist.ranks_np2's 2 unbound ranks
+  // (both on this machine) of get_num_threads() threads (KILN_NUM_THREADS=1).
+  dist::DataParallel chosen(*net.model);
+  const int machine = int(std::thread::hardware_concurrency());
+  EXPECT_EQ(chosen.uses_comm_thread(),
+            dist::thread_multiple() && dist::comm_thread_has_a_core(2, get_num_threads(), available_cpus(), machine));
+  if (machine <= 2) {
+    EXPECT_FALSE(chosen.uses_comm_thread());  // this 2-core machine: the hooks
+  }
+}
+
+// A small classifier with one large layer: Linear(64, 600)'s weight (38,400
+// elements) spans several of the shared-memory reduction's 64 KiB chunks.
+nn::Shared<nn::Sequential> wide_net(uint64_t seed, DType dtype) {
+  Rngs rngs{{"params", seed}};
+  auto m = nn::make<nn::Sequential>();
+  m->push_back(nn::Linear(64, 600, rngs));
+  m->push_back(nn::Tanh());
+  m->push_back(nn::Linear(600, 5, rngs));
+  m->to(dtype);
+  return m;
+}
+
+TEST(DataParallel, SharedMemoryAndMpiReduceToTheSameBits) {
+  for (DType dtype : {kF32, kF64}) {
+    for (int64_t first : {int64_t(4096), int64_t(1) << 20}) {  // several buckets, or one
+      std::vector<std::vector<Tensor>> grads;
+      for (bool shared : {true, false}) {
+        for (bool overlap : {false, true}) {
+          auto net = wide_net(uint64_t(23 + R()), dtype);
+          dist::DataParallel ddp(*net, {.first_bucket_bytes = first, .bucket_bytes = first,
+                                        .reduce = dist::ReduceOp::Mean, .overlap = overlap,
+                                        .shared_memory = shared});
+          ASSERT_EQ(ddp.uses_shared_memory(), shared);
+          Generator g(uint64_t(60 + R()));
+          Tensor x = randn({7, 64}, g).to(dtype);
+          for (int step = 0; step < 3; ++step) {  // three reductions of each bucket
+            for (auto& p : net->parameters()) {
+              Tensor grad = p.value().grad();
+              if (grad.defined()) zero_(grad);
+            }
+            sum(mul(net->forward(x), double(step + 1))).backward();
+            ddp.synchronize();
+          }
+          // The communication's CPU (copies into the buckets, reductions, waits) was measured.
+          EXPECT_GT(ddp.last_comm_cpu_seconds(), 0.0);
+          EXPECT_LT(ddp.last_comm_cpu_seconds(), 10.0);
+          std::vector<Tensor> mine;
+          for (const auto& p : net->parameters()) mine.push_back(p.value().grad().clone());
+          grads.push_back(mine);
+        }
+      }
+      // grads: shared memory (hooks, thread), then MPI (hooks, thread). With 2
+      // ranks every transport adds g0 + g1: the same bits. With more, MPI's
+      // order of additions is its own (shared memory adds in rank order).
+      for (size_t i = 1; i < grads.size(); ++i) {
+        if (W() == 2 || i == 1 || i == 3) {
+          const size_t ref = W() == 2 ? 0 : i - 1;
+          EXPECT_TRUE(same_bits(grads[ref], grads[i])) << name(dtype) << " first bucket " << first << " variant " << i
+                                                       << ": max difference " << max_diff(grads[ref], grads[i]);
+        } else {
+          EXPECT_LE(max_diff(grads[0], grads[i]), 1e-5) << name(dtype) << " variant " << i;
+        }
+      }
+      // Every rank holds the same sums.
+      for (const Tensor& t : grads[0]) {
+        Tensor other = t.clone();
+        dist::broadcast(other, 0);
+        EXPECT_TRUE(same_bits({t}, {other}));
+      }
+    }
+  }
+}
 
 TEST(DataParallel, MeanReduceIsPyTorchsDdpAndNoSyncAccumulates) {
   // Each rank's own mean loss, gradients averaged (ReduceOp::Mean): with equal
@@ -224,8 +313,9 @@ TEST(DataParallel, UnusedParametersCountAsZero) {
 
 TEST(DataParallel, GradientsAreViewsOfTheBucketBuffers) {
   Net net(uint64_t(13 + R()), false);
-  for (bool overlap : {true, false}) {
-    dist::DataParallel ddp(*net.model, {.overlap = overlap});
+  for (auto [overlap, shared] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false},
+                                 std::pair{false, false}}) {
+    dist::DataParallel ddp(*net.model, {.overlap = overlap, .shared_memory = shared});
     ASSERT_EQ(ddp.bucket_sizes().size(), 1u);  // 1 MiB holds the whole net
     Tensor x = full({2, 6}, double(R() + 1));
     sum(net.model(x)).backward();
@@ -247,7 +337,7 @@ TEST(DataParallel, GradientsAreViewsOfTheBucketBuffers) {
     for (const Tensor& g : grads) {
       Tensor other = g.clone();
       dist::broadcast(other, 0);
-      EXPECT_TRUE(same_bits({g}, {other})) << (overlap ? "thread" : "hooks");
+      EXPECT_TRUE(same_bits({g}, {other})) << (overlap ? "thread" : "hooks") << (shared ? ", shared memory" : ", MPI");
     }
     // A second step on the same views: zero_grad(set_to_none = false) keeps
     // them, backward accumulates onto zeros, the sums are the same again.
@@ -258,7 +348,7 @@ TEST(DataParallel, GradientsAreViewsOfTheBucketBuffers) {
     ddp.synchronize();
     std::vector<Tensor> again;
     for (const auto& p : net.model->parameters()) again.insert(again.begin(), p.grad());
-    EXPECT_TRUE(same_bits(first, again)) << (overlap ? "thread" : "hooks");
+    EXPECT_TRUE(same_bits(first, again)) << (overlap ? "thread" : "hooks") << (shared ? ", shared memory" : ", MPI");
     net.opt->zero_grad();
   }
 }

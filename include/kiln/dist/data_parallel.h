@@ -24,12 +24,16 @@
 // slot while it is in cache, makes the view the gradient (backward's tensor
 // is freed) and marks it ready; when every parameter of the next bucket in
 // order is ready, the bucket is all-reduced in place, non-blocking, while
-// backward goes on: by a communication thread (overlap, the default, with
-// MPI_THREAD_MULTIPLE), or from the caller's thread with MPI_Iallreduce,
-// which each later hook progresses (MPI_Testall; MPI advances a collective
-// only inside its calls). Buckets are always launched in index order, so
-// every rank issues the same collectives in the same order whatever its
-// backward's order. When the last bucket is launched the hook waits for all
+// backward goes on. When every rank is on this machine the buffers are in
+// shared memory and the ranks add the buckets with loads and stores, chunk by
+// chunk, each chunk once for all ranks (NOTE [Shared-memory reduction] in
+// src/dist/shared_buckets.h); otherwise MPI_Iallreduce. Either is progressed
+// by a communication thread (overlap = true, with MPI_THREAD_MULTIPLE) or
+// from the caller's thread by each later hook (overlap = false; MPI advances
+// a collective only inside its calls); unset, the thread only where it has a
+// core of its own (NOTE [Progress policy]). Buckets are always launched in
+// index order, so every rank issues the same collectives in the same order
+// whatever its backward's order. When the last bucket is launched the hook waits for all
 // of them: after backward() the gradients (the views) hold the sums, with no
 // copy back. synchronize() does the same for a backward that left parameters
 // unused (their gradient counts as zero). The views are reused by the next
@@ -41,6 +45,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "kiln/dist/process_group.h"
 #include "kiln/nn/module.h"
@@ -55,18 +60,25 @@ struct DataParallelOptions {
   /// losses that are each rank's own mean); Sum leaves them summed (losses
   /// already divided by the global count, train::accumulation_step).
   ReduceOp reduce = ReduceOp::Mean;
-  /// Reduce on a communication thread, overlapping backward (needs
-  /// MPI_THREAD_MULTIPLE). false, or without MPI_THREAD_MULTIPLE: non-blocking
-  /// reductions from the caller's thread, progressed by the gradient hooks
-  /// (no extra thread competing for the cores; less progress between hooks).
-  bool overlap = true;
+  /// How the buckets' reductions progress while backward runs. true: on a
+  /// communication thread (needs MPI_THREAD_MULTIPLE); false, or without
+  /// MPI_THREAD_MULTIPLE: non-blocking reductions from the caller's thread,
+  /// progressed by the gradient hooks (no extra thread competing for the
+  /// cores; less progress between hooks). Unset (the default): the thread
+  /// only where it has a core of its own (NOTE [Progress policy]).
+  std::optional<bool> overlap = std::nullopt;
+  /// When every rank runs on this machine, keep the buckets in shared memory
+  /// and reduce them with loads and stores instead of MPI's all-reduce (NOTE
+  /// [Shared-memory reduction] in src/dist/shared_buckets.h); false: MPI.
+  bool shared_memory = true;
   /// Broadcast parameters and buffers from rank 0 at construction.
   bool broadcast_at_start = true;
 };
 
 class DataParallel {
  public:
-  /// dist::init() must have run. Every rank wraps the same architecture.
+  /// dist::init() must have run. Every rank wraps the same architecture,
+  /// with the same bucket sizes and shared_memory (collectives at construction).
   explicit DataParallel(nn::Module& module, DataParallelOptions options = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
@@ -89,11 +101,20 @@ class DataParallel {
   void set_sync(bool enabled);
   bool sync_enabled() const;
 
+  /// Whether a communication thread reduces the buckets (else the hooks do).
+  bool uses_comm_thread() const;
+  /// Whether the buckets are reduced through shared memory (else by MPI).
+  bool uses_shared_memory() const;
   /// Buckets as parameter counts, first launched first (for tests, docs).
   std::vector<int64_t> bucket_sizes() const;
   /// Seconds the caller waited for reductions in the last synchronize (the
   /// part of communication that backward did not hide).
   double last_wait_seconds() const;
+  /// CPU seconds this rank spent on the last synced backward's gradients: in
+  /// the gradient hooks and synchronize (copies into the buckets, reductions,
+  /// waiting) and on the communication thread. Compute excluded, so that
+  /// configurations compare on a busy machine (bench/ddp_worker.cpp).
+  double last_comm_cpu_seconds() const;
 
  private:
   struct Impl;
@@ -119,6 +140,19 @@ class DataParallel::NoSync {
 };
 
 inline DataParallel::NoSync DataParallel::no_sync() { return NoSync(*this); }
+
+/// NOTE [Progress policy]: DataParallelOptions::overlap's default. A
+/// communication thread pays only where it has a core that no training thread
+/// uses: the threads of this machine's ranks (local_ranks x threads_per_rank)
+/// leave one of its cores (machine_cpus) idle, and this rank's threads leave
+/// one of the CPUs it may run on (rank_cpus: affinity mask, CPU quota) idle.
+/// Otherwise each of the thread's wake-ups takes a core from backward (on this
+/// rank or another), and progress from the gradient hooks, which costs no
+/// thread, is the cheaper (measured: docs/distributed.md, Benchmarks).
+/// DataParallel asks it with the ranks sharing this node
+/// (MPI_COMM_TYPE_SHARED), kiln::get_num_threads(), kiln::available_cpus()
+/// and the machine's CPUs. Arguments below 1 are a kiln::Error.
+bool comm_thread_has_a_core(int local_ranks, int threads_per_rank, int rank_cpus, int machine_cpus);
 
 /// The Trainer's view of a DataParallel (RunOptions::distributed): rank and
 /// world size, metric sums over MPI_COMM_WORLD, gradient sync through ddp with
