@@ -33,8 +33,9 @@ const T* row(const Tensor& t, int64_t b) { return ptr<T>(t) + b * t.strides()[0]
 
 // sum_d x[d] * (y ? y[d] : 1) over n values, in 16 partial sums: a plain
 // loop's reduction stays one chain of scalar adds without -ffast-math.
-// The two cases are separate loops: with the choice inside, GCC kept the
-// loop scalar (row_dot was ~1.3% of the DiT step on its own).
+// The two cases are separate loops: with the choice made per element the
+// loop ran slower (row_dot was ~1.3% of the DiT step on its own; measured in
+// docs/performance.md, "Fourth pass: DiT").
 template <class A>
 A row_dot(const A* x, const A* y, int64_t n) {
   A acc[16] = {};
