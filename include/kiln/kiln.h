@@ -37,6 +37,7 @@
 #include "kiln/ops/unary.h"
 #include "kiln/ops/ssm.h"
 #include "kiln/ops/modulate.h"
+#include "kiln/ops/linear_gelu.h"
 #include "kiln/autograd/engine.h"
 #include "kiln/autograd/functional.h"
 #include "kiln/autograd/gradcheck.h"

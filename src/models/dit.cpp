@@ -11,6 +11,7 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/creation.h"
 #include "kiln/ops/index.h"
+#include "kiln/ops/linear_gelu.h"
 #include "kiln/ops/modulate.h"
 #include "kiln/ops/random.h"
 #include "kiln/ops/reduce.h"
@@ -114,7 +115,15 @@ DiTBlock::DiTBlock(int64_t D, int64_t H, double mlp_ratio, const nn::Init& init,
     auto dense = register_module(
         "mlp", nn::Sequential(nn::Linear(D, F, lin), nn::GELU(GeluApproximation::tanh), nn::Linear(F, D, lin)));
     mlp = dense;
-    mlp_forward = [m = dense.get()](const Tensor& h) { return m->forward(h); };
+    // mlp.0 and its GELU as one fused op (kiln/ops/linear_gelu.h: the GELU's
+    // derivative kept from the forward, the bias gradient summed in the
+    // backward's pass); a quantized mlp.0 (inference) runs the Sequential.
+    mlp_forward = [m = dense.get(), fc1 = dense->at<nn::Linear>(0).get(),
+                   fc2 = dense->at<nn::Linear>(2).get()](const Tensor& h) {
+      if (fc1->quantized) return m->forward(h);
+      return fc2->forward(linear_gelu(fc1->to_compute(h), fc1->to_compute(fc1->weight), fc1->to_compute(fc1->bias),
+                                      GeluApproximation::tanh));
+    };
   }
   adaLN_modulation = register_module("adaLN_modulation", nn::Sequential(nn::SiLU(), nn::Linear(D, 6 * D, zero)));
 }

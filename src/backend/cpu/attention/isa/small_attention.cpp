@@ -50,14 +50,16 @@ struct Head {
   T* row(int64_t b, int64_t h, int64_t i) const { return base + b * sb + h * sh + i * st; }
 };
 
-// Prefetches the n rows of d elements of head (b, h) (the next task's head:
-// its rows are 128-byte pieces strided by the projection's width, which the
-// hardware prefetcher does not follow well; without this the packing loads
-// missed cache for about a third of the forward's own time).
+// Prefetches rows [r0, r1) of d elements of head (b, h) (the next task's
+// head: its rows are 128-byte pieces strided by the projection's width, which
+// the hardware prefetcher does not follow well). The kernels spread these over
+// the current head's softmax rows, a few lines at a time: issued all at once
+// (~300 lines a head) most were dropped, and the packing loads still missed
+// cache for a third of the kernels' time.
 template <class T>
-void prefetch_head(const Head<T>& src, int64_t b, int64_t h, int64_t n, int64_t d) {
+void prefetch_rows(const Head<T>& src, int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t d) {
   const int64_t bytes = d * int64_t(sizeof(T));
-  for (int64_t r = 0; r < n; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     const char* row = reinterpret_cast<const char*>(src.row(b, h, r));
     for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o);
   }
@@ -74,27 +76,26 @@ void pack(const Head<T>& src, int64_t b, int64_t h, int64_t n, int64_t d, int64_
   }
 }
 
-// src [n, dp] (rows in L1) transposed into dst [dp, kP], zero past n, times
-// mul. Packing the strided head rows first and transposing from L1 keeps the
-// reads of the (large, cache-missing) input contiguous.
-template <class A>
-void transpose_into(const A* src, int64_t n, int64_t dp, A mul, A* dst) {
-  std::fill(dst, dst + dp * kP, A(0));
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t c = 0; c < dp; ++c) dst[c * kP + r] = src[r * dp + c] * mul;
-}
-
-// Horizontal max and sum of kP values, in vectors: without -ffast-math a
+// Horizontal reductions of kP values, in vectors: without -ffast-math a
 // plain loop's reduction stays a chain of scalar adds (about 64 x 3 cycles a row).
+//
+// max_j x[j] over j < n (of kP values), the rest masked in registers: the
+// softmax used to write -inf into the padding with scalar stores and read the
+// row back as vectors, a store-forwarding stall per row (a tenth of the
+// forward's own time).
 template <class A>
-A row_max(const A* x) {
+A row_max_n(const A* x, int64_t n) {
   using V = typename Vec<A>::type;
+  using I = typename block::Lanes<A>::type;
   constexpr int64_t W = Vec<A>::W;
-  V m;
-  std::memcpy(&m, x, sizeof(V));
-  for (int64_t j = W; j < kP; j += W) {
+  I lane;
+  for (int64_t l = 0; l < W; ++l) lane[l] = typename block::Lanes<A>::elem(l);
+  const V ninf = V{} - std::numeric_limits<A>::infinity();
+  V m = ninf;
+  for (int64_t j = 0; j < kP; j += W) {
     V v;
     std::memcpy(&v, x + j, sizeof(V));
+    v = lane < typename block::Lanes<A>::elem(n - j) ? v : ninf;
     m = m > v ? m : v;
   }
   A r = m[0];
@@ -148,26 +149,29 @@ void forward(const SmallAttentionShape& s, const Tensor& q, const Tensor& k, con
     A *qf = buf.data(), *kf = qf + Tq * Dhp, *kt = kf + Tk * Dhp, *vf = kt + Dhp * kP, *of = vf + kP * Dvp;
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H;
-      if (bh + 1 < hi) {
-        const int64_t nb = (bh + 1) / s.H, nh = (bh + 1) % s.H;
-        prefetch_head(Q, nb, nh, Tq, s.Dh);
-        prefetch_head(K, nb, nh, Tk, s.Dh);
-        prefetch_head(V, nb, nh, Tk, s.Dv);
-      }
+      const bool next = bh + 1 < hi;  // the next head's rows, prefetched row by row below
+      const int64_t nb = (bh + 1) / s.H, nh = (bh + 1) % s.H;
       pack(Q, b, h, Tq, s.Dh, Dhp, A(1), qf);
-      pack(K, b, h, Tk, s.Dh, Dhp, A(1), kf);
-      transpose_into(kf, Tk, Dhp, A(s.scale), kt);
+      pack(K, b, h, Tk, s.Dh, Dhp, A(s.scale), kf);
+      block::transpose(kf, Dhp, Tk, Dhp, kt, kP);  // K^T scaled [Dhp, kP]; 0 past Tk from buf's start
       pack(V, b, h, Tk, s.Dv, Dvp, A(1), vf);
       A* p = P + bh * Tq * kP;
       block::gemm_wide<A>(Tq, kP, Dhp, qf, Dhp, 1, kt, kP, p, kP);  // scores [Tq, kP]
       for (int64_t i = 0; i < Tq; ++i) {  // softmax over the Tk keys, 0 past them
-        A* row = p + i * kP;
-        for (int64_t j = Tk; j < kP; ++j) row[j] = -std::numeric_limits<A>::infinity();
-        const A m = row_max(row);
-        for (int64_t j = 0; j < kP; ++j) row[j] = vexp<A>(row[j] - m);
-        for (int64_t j = Tk; j < kP; ++j) row[j] = A(0);  // exp_f32 clamps -inf to a tiny value
+        if (next) {
+          prefetch_rows(Q, nb, nh, i, i + 1, s.Dh);
+          if (i < Tk) prefetch_rows(K, nb, nh, i, i + 1, s.Dh);
+          if (i < Tk) prefetch_rows(V, nb, nh, i, i + 1, s.Dv);
+        }
+        A* row = p + i * kP;  // whole-vector loops only: masked, no scalar stores into the padding
+        const A m = row_max_n(row, Tk);
+        for (int64_t j = 0; j < kP; ++j) row[j] = j < Tk ? vexp<A>(row[j] - m) : A(0);
         const A inv = A(1) / row_dot<A>(row, nullptr);
         for (int64_t j = 0; j < kP; ++j) row[j] *= inv;
+      }
+      if (next && Tk > Tq) {
+        prefetch_rows(K, nb, nh, Tq, Tk, s.Dh);
+        prefetch_rows(V, nb, nh, Tq, Tk, s.Dv);
       }
       block::gemm_wide<A>(Tq, Dvp, Tk, p, kP, 1, vf, Dvp, of, Dvp);  // P V [Tq, Dvp]
       unpack(of, Tq, s.Dv, Dvp, O, b, h);
@@ -190,25 +194,30 @@ void backward(const SmallAttentionShape& s, const Tensor& q, const Tensor& k, co
       *ds = gf + Tq * Dvp, *gq = ds + Tq * kP, *gk = gq + Tq * Dhp, *gv = gk + Tk * Dhp;
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H;
-      if (bh + 1 < hi) {
-        const int64_t nb = (bh + 1) / s.H, nh = (bh + 1) % s.H;
-        prefetch_head(Q, nb, nh, Tq, s.Dh);
-        prefetch_head(K, nb, nh, Tk, s.Dh);
-        prefetch_head(V, nb, nh, Tk, s.Dv);
-        prefetch_head(G, nb, nh, Tq, s.Dv);
-      }
+      const bool next = bh + 1 < hi;  // the next head's rows, prefetched row by row below
+      const int64_t nb = (bh + 1) / s.H, nh = (bh + 1) % s.H;
       pack(Q, b, h, Tq, s.Dh, Dhp, A(1), qf);
       pack(K, b, h, Tk, s.Dh, Dhp, A(1), kf);
       pack(V, b, h, Tk, s.Dv, Dvp, A(1), vf);
-      transpose_into(vf, Tk, Dvp, A(1), vt);
+      block::transpose(vf, Dvp, Tk, Dvp, vt, kP);  // V^T [Dvp, kP]; 0 past Tk from buf's start
       pack(G, b, h, Tq, s.Dv, Dvp, A(1), gf);
       const A* p = P + bh * Tq * kP;
       block::gemm_wide<A>(Tq, kP, Dvp, gf, Dvp, 1, vt, kP, ds, kP);  // dP = dout V^T [Tq, kP]
       for (int64_t i = 0; i < Tq; ++i) {  // dS = scale P (dP - rowsum(P dP)); 0 past Tk as P is
+        if (next) {
+          prefetch_rows(Q, nb, nh, i, i + 1, s.Dh);
+          prefetch_rows(G, nb, nh, i, i + 1, s.Dv);
+          if (i < Tk) prefetch_rows(K, nb, nh, i, i + 1, s.Dh);
+          if (i < Tk) prefetch_rows(V, nb, nh, i, i + 1, s.Dv);
+        }
         const A* pr = p + i * kP;
         A* dr = ds + i * kP;
         const A delta = row_dot(pr, dr);
         for (int64_t j = 0; j < kP; ++j) dr[j] = scale * pr[j] * (dr[j] - delta);
+      }
+      if (next && Tk > Tq) {
+        prefetch_rows(K, nb, nh, Tq, Tk, s.Dh);
+        prefetch_rows(V, nb, nh, Tq, Tk, s.Dv);
       }
       block::gemm_wide<A>(Tq, Dhp, Tk, ds, kP, 1, kf, Dhp, gq, Dhp);  // dQ = dS K
       block::gemm_wide<A>(Tk, Dhp, Tq, ds, 1, kP, qf, Dhp, gk, Dhp);  // dK = dS^T Q
