@@ -96,7 +96,9 @@ void expect_matches(const Shape& xs, int64_t O, bool with_bias, DType t, double 
   EXPECT_TRUE(all_close(to(got[0], kF64), to(want[0], kF64), tol, tol)) << "out";
   EXPECT_TRUE(all_close(to(got[1], kF64), to(want[1], kF64), tol, tol)) << "dx";
   EXPECT_TRUE(all_close(to(got[2], kF64), to(want[2], kF64), tol, tol)) << "dw";
-  if (with_bias) EXPECT_TRUE(all_close(to(got[3], kF64), to(want[3], kF64), tol, tol)) << "db";
+  if (with_bias) {
+    EXPECT_TRUE(all_close(to(got[3], kF64), to(want[3], kF64), tol, tol)) << "db";
+  }
 }
 
 TEST(LinearGelu, MatchesComposedOps) {
