@@ -35,6 +35,16 @@ void expect_bitwise(const Tensor& a, const Tensor& b, const std::string& what) {
   for (size_t j = 0; j < va.size(); ++j) ASSERT_EQ(bits(va[j]), bits(vb[j])) << what << "[" << j << "]";
 }
 
+// The two models' parameters, bit for bit, in registration order.
+void expect_parameters_bitwise(const nn::ParameterList& pe, const nn::ParameterList& pc) {
+  ASSERT_EQ(pe.size(), pc.size());
+  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+}
+
+void expect_parameters_bitwise(const nn::Module& eager, const nn::Module& compiled) {
+  expect_parameters_bitwise(eager.parameters(), compiled.parameters());
+}
+
 struct Mlp {
   Mlp()
       : rngs{{"params", 0}},
@@ -74,8 +84,7 @@ TEST(CompiledPasses, DeadLaunchesAreDroppedAndTheReplayStaysBitwise) {
     float lc = step(batch(i))[0].item<float>();
     ASSERT_EQ(bits(le), bits(lc)) << "step " << i;
   }
-  auto pe = eager.net.parameters(), pc = compiled.net.parameters();
-  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+  expect_parameters_bitwise(eager.net, compiled.net);
   const PassReport* dead = step.evidence().find("DeadOpRemoval");
   ASSERT_NE(dead, nullptr);
   EXPECT_EQ(dead->status, PassStatus::Applied) << dead->detail;
@@ -149,15 +158,9 @@ TEST(CompiledPasses, MemoryPlanPlacesTemporariesInOneArenaAndAllocatesNothing) {
     float le = body(eager, batch(i))[0].item<float>();
     ASSERT_EQ(bits(le), bits(lc)) << "step " << i;
   }
-  auto pe = eager.net.parameters(), pc = compiled.net.parameters();
-  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+  expect_parameters_bitwise(eager.net, compiled.net);
 }
 
-}  // namespace
-}  // namespace kiln::train
-
-namespace kiln::train {
-namespace {
 
 TEST(CompiledPasses, UpdateGuardedStepIsBitwiseEager) {
   Mlp eager, compiled;
@@ -172,8 +175,7 @@ TEST(CompiledPasses, UpdateGuardedStepIsBitwiseEager) {
     ASSERT_EQ(bits(oe[0].item<float>()), bits(oc[0].item<float>())) << "step " << i;
     EXPECT_TRUE(oc[1].item<bool>());
   }
-  auto pe = eager.net.parameters(), pc = compiled.net.parameters();
-  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+  expect_parameters_bitwise(eager.net, compiled.net);
 }
 
 // Fusion: each linear whose output only feeds an activation that saves its
@@ -211,8 +213,7 @@ TEST(CompiledPasses, FusionFoldsLinearActivationPairsAndStaysBitwise) {
     if (i % 10 == 0) expect_bitwise(e[1], c[1], "logits");
   }
   EXPECT_EQ(step.replays(), 100 - step.recordings());
-  auto pe = eager.net.parameters(), pc = compiled.net.parameters();
-  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+  expect_parameters_bitwise(eager.net, compiled.net);
   const PassReport* f = step.evidence().find("Fusion");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->status, PassStatus::Applied) << f->detail;
@@ -252,8 +253,7 @@ TEST(CompiledPasses, FusionKeepsAPreActivationReadAgain) {
   const PassReport* f = step.evidence().find("Fusion");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->status, PassStatus::Analyzed) << f->detail;
-  auto pe = eager.params(), pc = compiled.params();
-  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+  expect_parameters_bitwise(eager.params(), compiled.params());
 }
 
 // Elementwise chains: a no-grad target (linear -> neg -> exp -> * 0.5 ->
@@ -295,8 +295,7 @@ TEST(CompiledPasses, ElementwiseChainsRunAsOneLaunchAndStayBitwise) {
     expect_bitwise(e[1], c[1], "target");
   }
   EXPECT_EQ(step.replays(), 50 - step.recordings());
-  auto pe = eager.params(), pc = compiled.params();
-  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+  expect_parameters_bitwise(eager.params(), compiled.params());
   const PassReport* f = step.evidence().find("Fusion");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->status, PassStatus::Applied) << f->detail;
@@ -320,11 +319,6 @@ TEST(CompiledPasses, FusionOffRunsEveryLaunchAsRecorded) {
   EXPECT_EQ(f->status, PassStatus::NotRun) << f->detail;
 }
 
-}  // namespace
-}  // namespace kiln::train
-
-namespace kiln::train {
-namespace {
 
 // Convolution + activation: a conv2d whose output only feeds an activation
 // that saves its output (relu, tanh) becomes one launch: the convolution
@@ -375,8 +369,7 @@ void run_conv_net(bool residual, int64_t steps, CompiledStep& step, ConvNet& eag
   for (int64_t i = 0; i < steps; ++i)
     ASSERT_EQ(bits(eager.step(planes(i), residual)[0].item<float>()), bits(step(planes(i))[0].item<float>()))
         << "step " << i << "\n" << step.evidence().str();
-  auto pe = eager.params(), pc = compiled.params();
-  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+  expect_parameters_bitwise(eager.params(), compiled.params());
 }
 
 TEST(CompiledPasses, FusionFoldsConvActivationPairsAndStaysBitwise) {
@@ -434,15 +427,9 @@ TEST(CompiledPasses, MemoryPlanWritesElementwiseOutputsOverDeadInputs) {
   const PassReport* plan = step.evidence().find("MemoryPlanning");
   ASSERT_NE(plan, nullptr);
   EXPECT_GE(count_before(plan->detail, "elementwise outputs written over"), 2) << plan->detail;
-  auto pe = eager.net.parameters(), pc = compiled.net.parameters();
-  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+  expect_parameters_bitwise(eager.net, compiled.net);
 }
 
-}  // namespace
-}  // namespace kiln::train
-
-namespace kiln::train {
-namespace {
 
 // The step's autograd graph is released after the recording: max pooling's
 // argmax taps (u8 [16, 16, 4, 4], 4096 bytes), captured by its vjp besides
@@ -479,11 +466,6 @@ TEST(CompiledPasses, StepGraphReleasedSoMaxPoolTapsArePlanned) {
   use_default_threads();
 }
 
-}  // namespace
-}  // namespace kiln::train
-
-namespace kiln::train {
-namespace {
 
 // h + h^T reads h at (i, j) and (j, i): its output must not be written over
 // h even though h is read there for the last time (the other operand is a
@@ -513,8 +495,7 @@ TEST(CompiledPasses, MemoryPlanKeepsAnInputAnotherOperandReadsElsewhere) {
   CompiledStep step([&](const std::vector<Tensor>& in) { return compiled.step(in); });
   for (int64_t i = 0; i < 20; ++i)
     ASSERT_EQ(bits(eager.step(batch(i))[0].item<float>()), bits(step(batch(i))[0].item<float>())) << i;
-  auto pe = eager.params(), pc = compiled.params();
-  for (size_t k = 0; k < pe.size(); ++k) expect_bitwise(pe[k].value(), pc[k].value(), "parameter");
+  expect_parameters_bitwise(eager.params(), compiled.params());
 }
 
 }  // namespace
