@@ -114,8 +114,8 @@ MemoryFit fit_to_memory(const std::function<void(int64_t)>& probe, int64_t budge
   if (b2 == b1) b2 = b1 < o.max_batch ? b1 + 1 : b1 - 1;
   const Measured m2 = measure(probe, b2);
   const double t2 = double(m2.peak - m2.before);
-  // Probe 3 near the choice. Two estimates of the batch that reaches the
-  // target, each at or below it (on a straight line), the larger taken:
+  // Probe 3 near the choice. Two estimates of the batch that reaches its
+  // aim, each at or below it (on a straight line), the larger taken:
   // - probe 2's rise per item with no fixed part (fixed >= 0);
   // - the line through probe 2 and a lower bound of probe 1's steady rise,
   //   peak1 - after1 (what probe 1 rose above the state it left: the new
@@ -123,7 +123,10 @@ MemoryFit fit_to_memory(const std::function<void(int64_t)>& probe, int64_t budge
   // Two steady probes, one close to the choice, keep the line's error there
   // small although the peak is a staircase in b (the allocator rounds blocks
   // to size classes).
-  const double room2 = target - double(m2.before);
+  // Aimed at 1 - 2 x headroom of the budget: the estimates assume one line,
+  // but the peak can be the larger of two (the optimizer step's, flat in b,
+  // under the activations'), and the probe itself must stay inside.
+  const double room2 = double(budget_bytes) * (1.0 - 2.0 * o.headroom) - double(m2.before);
   int64_t b3 = int64_t(std::max(0.0, room2) / std::max(1.0, t2 / double(b2)));
   if (const double slope = (t2 - double(warm.peak - warm.after)) / double(b2 - b1); slope > 0)
     b3 = std::max<int64_t>(b3, b2 + int64_t(std::floor((room2 - t2) / slope)));

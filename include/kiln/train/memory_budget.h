@@ -16,8 +16,9 @@
 // (parameters, moments) and fixed + per_item * b the rise above it during a
 // step. Probe 1 (small, b1) creates the persistent state; probe 2, in the
 // steady state where a probe's rise is exact, runs where about half of the
-// room would go to the step; probe 3 near the target, (1 - headroom) x
-// budget, by the larger of two estimates that each stay at or below it. The line through probes 2 and 3 is the
+// room would go to the step; probe 3 near (1 - 2 x headroom) x budget, just
+// below the target, by the larger of two estimates that each stay at or
+// below it. The line through probes 2 and 3 is the
 // model and the choice the largest b with peak(b) <= the target (probe 3's
 // batch when it measured within the budget and the line says less: the
 // allocator's size classes make the peak a staircase in b). The task's
