@@ -1,7 +1,8 @@
 // Register-tiled products of small blocks held in L1/L2: the chunked Mamba-3
 // scan's (ssm/isa/ssm_chunked.cpp: a chunk's length L, the state size N, the
-// head dim P) and the small-sequence attention's (attention/isa/
-// small_attention.cpp: <= 64 tokens of one head). Included only by files of
+// head dim P), the small-sequence attention's (attention/isa/
+// small_attention.cpp: <= 64 tokens of one head) and flash attention's tiles
+// (nn/isa/attention.cpp: key blocks, query-row tiles, padded head dims). Included only by files of
 // an isa/ folder (KILN_ISA_NS set), so each kernel copy gets the register
 // width of its ISA: zmm (16 f32 / 8 f64 lanes, 32 registers) in the AVX-512
 // copy, ymm (8 / 4 lanes, 16 registers) in the AVX2 copy.
@@ -85,28 +86,29 @@ void gemm(int64_t M, int64_t Nc, int64_t K, const A* a, int64_t sam, int64_t sak
   if (n < Nc) columns<A, 1, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
 }
 
-/// C [M, N] = A [M, K] @ B [K, N] as gemm<A, false>, but sweeping the columns
-/// in the widest tiles the register file holds (4 vectors on AVX-512, 2 on
-/// AVX2; then 3, 2 or 1 for the rest): for N of a few vectors (an attention
-/// head's 32-64 columns), where gemm's 2-vector sweep leaves registers idle.
-/// The same sums in the same order per element as gemm: only the tiling differs.
-template <class A>
+/// C [M, N] (+ when Acc)= A [M, K] @ B [K, N] as gemm<A, Acc>, but sweeping
+/// the columns in the widest tiles the register file holds (4 vectors on
+/// AVX-512, 2 on AVX2; then 3, 2 or 1 for the rest): for N of a few vectors
+/// (an attention head's 32-64 columns, a key block), where gemm's 2-vector
+/// sweep leaves registers idle. The same sums in the same order per element
+/// as gemm: only the tiling differs.
+template <class A, bool Acc = false>
 void gemm_wide(int64_t M, int64_t N, int64_t K, const A* a, int64_t sam, int64_t sak, const A* b, int64_t ldb, A* c,
                int64_t ldc) {
   constexpr int64_t W = Vec<A>::W;
   constexpr int kWide = kVecRegs == 32 ? 4 : 2;
   int64_t n = 0;
-  for (; n + kWide * W <= N; n += kWide * W) columns<A, kWide, false>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
+  for (; n + kWide * W <= N; n += kWide * W) columns<A, kWide, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
   while (n < N) {  // N = 32 f32 columns: one 2-vector pass on AVX-512
     const int64_t r = (N - n) / W;
     if (kVecRegs == 32 && r >= 3) {
-      columns<A, 3, false>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
+      columns<A, 3, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
       n += 3 * W;
     } else if (r >= 2) {
-      columns<A, 2, false>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
+      columns<A, 2, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
       n += 2 * W;
     } else {
-      columns<A, 1, false>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
+      columns<A, 1, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
       n += W;
     }
   }

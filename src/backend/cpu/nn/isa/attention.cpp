@@ -4,7 +4,7 @@
 // register-tiled GEMM micro-kernels for the block products, sized to the
 // ISA's vector registers (the reference is in ../attention.cpp).
 // Letter legend: B batch, H heads, Tq queries, Tk keys, Dh query/key dim, Dv
-// value dim; W vector lanes (Vec below).
+// value dim; W vector lanes (block::Vec, src/backend/cpu/block_gemm.h).
 //
 // NOTE [Flash attention tiling]: the forward runs one task per (b, h, block
 // of kBq queries); it streams over blocks of kBk keys, keeping per query row
@@ -31,6 +31,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
+#include "src/backend/cpu/block_gemm.h"
 #include "src/backend/cpu/dispatch.h"
 #include "src/backend/cpu/vec_math.h"
 
@@ -42,90 +43,13 @@ constexpr int64_t kBq = 64;    // query rows per forward task
 constexpr int64_t kBk = 64;    // keys per block
 constexpr int64_t kRows = 16;  // query rows per score tile
 
-// One vector register of A: 64 bytes (zmm) in the AVX-512 copy, 32 (ymm) in
-// the AVX2 copy (GCC/Clang vector extensions: + and * compile to one
-// instruction each). Lanes W = 16 / 8 f32, 8 / 4 f64.
-#ifdef __AVX512F__
-constexpr int kVecBytes = 64;
-constexpr int kVecRegs = 32;
-#else
-constexpr int kVecBytes = 32;
-constexpr int kVecRegs = 16;
-#endif
-template <class A> struct Vec {
-  typedef A type __attribute__((vector_size(kVecBytes)));
-  static constexpr int W = kVecBytes / int(sizeof(A));
-};
+// Vectors, padding and the block products: block_gemm.h (the register width
+// of this copy's ISA).
+using block::Vec;
 
 // Key blocks and row tiles are whole vectors in both dtypes.
 static_assert(kBk % Vec<float>::W == 0 && kBk % Vec<double>::W == 0);
 static_assert(kRows % Vec<float>::W == 0 && kRows % Vec<double>::W == 0 && kBq % kRows == 0);
-
-template <class A>
-constexpr int64_t round_up(int64_t n) {
-  constexpr int64_t W = Vec<A>::W;
-  return (n + W - 1) / W * W;
-}
-
-// C[m][n] = (Acc ? C[m][n] : 0) + sum_k a[m*sam + k*sak] * b[k*ldb + n] for
-// m < RM, n < NV * W: RM x NV accumulators stay in registers while k runs.
-template <class A, int RM, int NV, bool Acc>
-inline void gemm_tile(int64_t K, const A* a, int64_t sam, int64_t sak, const A* b, int64_t ldb, A* c,
-                      int64_t ldc) {
-  using V = typename Vec<A>::type;
-  constexpr int W = Vec<A>::W;
-  V acc[RM][NV];
-  for (int r = 0; r < RM; ++r)
-    for (int v = 0; v < NV; ++v) {
-      if constexpr (Acc) std::memcpy(&acc[r][v], c + r * ldc + v * W, sizeof(V));
-      else acc[r][v] = V{};
-    }
-  for (int64_t k = 0; k < K; ++k) {
-    V bv[NV];
-    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], b + k * ldb + v * W, sizeof(V));
-    for (int r = 0; r < RM; ++r) {
-      const A s = a[r * sam + k * sak];
-      for (int v = 0; v < NV; ++v) acc[r][v] += s * bv[v];
-    }
-  }
-  for (int r = 0; r < RM; ++r)
-    for (int v = 0; v < NV; ++v) std::memcpy(c + r * ldc + v * W, &acc[r][v], sizeof(V));
-}
-
-// The columns [n, n + NV*W) of C [M, N] for every row, RM rows at a time.
-template <class A, int NV, bool Acc>
-inline void gemm_cols(int64_t M, int64_t K, const A* a, int64_t sam, int64_t sak, const A* b, int64_t ldb, A* c,
-                      int64_t ldc) {
-  // RM x NV accumulators, NV loads of b and a broadcast of a must fit the
-  // register file: 32 zmm (RM 8 for NV <= 2, else 4) or 16 ymm (RM 6 for
-  // NV 2, 12 for NV 1; gemm uses NV <= 2 there).
-  constexpr int RM = kVecRegs == 32 ? (NV <= 2 ? 8 : 4) : (NV == 1 ? 12 : NV == 2 ? 6 : NV == 3 ? 4 : 2);
-  int64_t m = 0;
-  for (; m + RM <= M; m += RM) gemm_tile<A, RM, NV, Acc>(K, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
-  for (; m < M; ++m) gemm_tile<A, 1, NV, Acc>(K, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
-}
-
-// C [M, N] (+)= A [M, K] (element (m, k) at a[m*sam + k*sak]) @ B [K, N]
-// (row-major, leading dim ldb); N a multiple of W. The block products of
-// attention are all this shape: N is a padded head dim, a key block or a
-// tile of query rows.
-template <class A, bool Acc>
-void gemm(int64_t M, int64_t N, int64_t K, const A* a, int64_t sam, int64_t sak, const A* b, int64_t ldb, A* c,
-          int64_t ldc) {
-  constexpr int64_t W = Vec<A>::W;
-  int64_t n = 0;
-  if constexpr (kVecRegs == 32) {
-    for (; n + 4 * W <= N; n += 4 * W) gemm_cols<A, 4, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
-  } else {  // 16 registers: 2 x 6 tiles reuse each broadcast of a twice per load of b
-    for (; n + 2 * W <= N; n += 2 * W) gemm_cols<A, 2, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc);
-  }
-  switch ((N - n) / W) {
-    case 3: gemm_cols<A, 3, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc); break;
-    case 2: gemm_cols<A, 2, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc); break;
-    case 1: gemm_cols<A, 1, Acc>(M, K, a, sam, sak, b + n, ldb, c + n, ldc); break;
-    default: break;
-  }
-}
 
 // n rows of d elements (row r at src + r * ld) copied into a [n, dp] buffer
 // (zero padded columns), times `mul`.
@@ -212,7 +136,7 @@ template <class A>
 void forward_impl(const AttentionShape& s, Heads<const A> q, Heads<const A> k, Heads<const A> v, Heads<A> out,
                   A* lse) {
   const int64_t Tq = s.Tq, Tk = s.Tk, Dh = s.Dh, Dv = s.Dv, off = Tk - Tq;
-  const int64_t Dvp = round_up<A>(Dv);
+  const int64_t Dvp = block::padded<A>(Dv);
   const int64_t nqb = (Tq + kBq - 1) / kBq;
   const A scale = A(s.scale), ninf = -std::numeric_limits<A>::infinity();
   // Scratch: Qt [Dh, kBq] (scaled q, transposed), O [kBq, Dvp], Vb [kBk, Dvp], St [kBk, kRows], m, l [kBq].
@@ -248,7 +172,7 @@ void forward_impl(const AttentionShape& s, Heads<const A> q, Heads<const A> k, H
         // Keys this tile's last row may see.
         const int64_t cols = s.causal ? std::min(kn, i0 + r0 + rn + off - k0) : kn;
         if (cols <= 0) continue;
-        gemm<A, false>(cols, kRows, Dh, kh + k0 * k.st, k.st, 1, Qt + r0, kBq, St, kRows);
+        block::gemm_wide<A, false>(cols, kRows, Dh, kh + k0 * k.st, k.st, 1, Qt + r0, kBq, St, kRows);
         A tmax[kRows], shift[kRows], alpha[kRows], sum[kRows];
         std::fill(tmax, tmax + kRows, ninf);
         std::fill(sum, sum + kRows, A(0));
@@ -292,7 +216,7 @@ void forward_impl(const AttentionShape& s, Heads<const A> q, Heads<const A> k, H
           }
         }
         // O[r] += sum_j P[r][j] V[j], with P stored transposed in St.
-        gemm<A, true>(rn, Dvp, cols, St, 1, kRows, Vb, Dvp, O + r0 * Dvp, Dvp);
+        block::gemm_wide<A, true>(rn, Dvp, cols, St, 1, kRows, Vb, Dvp, O + r0 * Dvp, Dvp);
       }
     }
     const int64_t ost = out.st;
@@ -323,7 +247,7 @@ void backward_impl(const AttentionShape& s, Heads<const A> q, Heads<const A> k, 
   const A* gp = dout.data<A>();
   const Strides& gs = dout.strides();
   const int64_t Tq = s.Tq, Tk = s.Tk, Dh = s.Dh, Dv = s.Dv, off = Tk - Tq;
-  const int64_t Dhp = round_up<A>(Dh), Dvp = round_up<A>(Dv);
+  const int64_t Dhp = block::padded<A>(Dh), Dvp = block::padded<A>(Dv);
   const int64_t Tkp = (Tk + kBk - 1) / kBk * kBk;
   const A scale = A(s.scale);
   // Scratch: Qp [Tq, Dhp] (scaled q), dOp [Tq, Dvp], Kp [Tkp, Dhp], dQa [Tq, Dhp], Di [Tq],
@@ -370,7 +294,7 @@ void backward_impl(const AttentionShape& s, Heads<const A> q, Heads<const A> k, 
     }
 
     for (int64_t k0 = 0; k0 < Tk; k0 += kBk) {
-      const int64_t kn = std::min(kBk, Tk - k0), knp = round_up<A>(kn);
+      const int64_t kn = std::min(kBk, Tk - k0), knp = block::padded<A>(kn);
       pack_transposed(kh + k0 * k.st, k.st, Dh, kn, knp, kBk, Kt);
       pack_transposed(vh + k0 * v.st, v.st, Dv, kn, knp, kBk, Vt);
       std::fill(dKa, dKa + knp * Dhp, A(0));
@@ -381,9 +305,9 @@ void backward_impl(const AttentionShape& s, Heads<const A> q, Heads<const A> k, 
         const int64_t rn = std::min(kRows, Tq - r0);
         const int64_t cols = s.causal ? std::min(kn, r0 + rn + off - k0) : kn;
         if (cols <= 0) continue;
-        const int64_t cp = round_up<A>(cols);
-        gemm<A, false>(rn, cp, Dh, Qp + r0 * Dhp, Dhp, 1, Kt, kBk, S, kBk);
-        gemm<A, false>(rn, cp, Dv, dOp + r0 * Dvp, Dvp, 1, Vt, kBk, dP, kBk);
+        const int64_t cp = block::padded<A>(cols);
+        block::gemm_wide<A, false>(rn, cp, Dh, Qp + r0 * Dhp, Dhp, 1, Kt, kBk, S, kBk);
+        block::gemm_wide<A, false>(rn, cp, Dv, dOp + r0 * Dvp, Dvp, 1, Vt, kBk, dP, kBk);
         for (int64_t r = 0; r < rn; ++r) {
           const int64_t i = r0 + r;
           const int64_t lim = std::max<int64_t>(0, s.causal ? std::min(cols, i + off - k0 + 1) : cols);
@@ -404,9 +328,9 @@ void backward_impl(const AttentionShape& s, Heads<const A> q, Heads<const A> k, 
           }
         }
         // dV[j] += sum_r P[r][j] dO[r];  dK[j] += sum_r dS[r][j] Qp[r];  dQ[r] += sum_j dS[r][j] K[j].
-        gemm<A, true>(cols, Dvp, rn, S, 1, kBk, dOp + r0 * Dvp, Dvp, dVa, Dvp);
-        gemm<A, true>(cols, Dhp, rn, dP, 1, kBk, Qp + r0 * Dhp, Dhp, dKa, Dhp);
-        gemm<A, true>(rn, Dhp, cols, dP, kBk, 1, Kp + k0 * Dhp, Dhp, dQa + r0 * Dhp, Dhp);
+        block::gemm_wide<A, true>(cols, Dvp, rn, S, 1, kBk, dOp + r0 * Dvp, Dvp, dVa, Dvp);
+        block::gemm_wide<A, true>(cols, Dhp, rn, dP, 1, kBk, Qp + r0 * Dhp, Dhp, dKa, Dhp);
+        block::gemm_wide<A, true>(rn, Dhp, cols, dP, kBk, 1, Kp + k0 * Dhp, Dhp, dQa + r0 * Dhp, Dhp);
       }
       A* dkh = dk.head(bh, s.H) + k0 * dk.st;
       A* dvh = dv.head(bh, s.H) + k0 * dv.st;
