@@ -223,30 +223,35 @@ TEST(CompiledPasses, FusionFoldsLinearActivationPairsAndStaysBitwise) {
   EXPECT_NE(f->detail.find("Rejected: oneDNN eltwise post-ops"), std::string::npos) << f->detail;
 }
 
-// A pre-activation read again after its activation (here by a residual
-// term) keeps its buffer: that pair is not fused, the replay stays eager's.
-struct Residual {
-  Residual() : rngs{{"params", 2}}, l1(8, 16, rngs), l2(16, 4, rngs), opt(params(), {.lr = 1e-2}) {}
+// Two linears and Adam; `mix`, the op between them, is what a test varies.
+struct TwoLinears {
+  using Mix = Tensor (*)(const Tensor& h);
+  TwoLinears(int64_t seed, Mix mix)
+      : mix(mix), rngs{{"params", seed}}, l1(8, 16, rngs), l2(16, 4, rngs), opt(params(), {.lr = 1e-2}) {}
   nn::ParameterList params() {
     std::vector<nn::Parameter> p = l1.parameters().params();
     for (const nn::Parameter& q : l2.parameters()) p.push_back(q);
     return p;
   }
   std::vector<Tensor> step(const std::vector<Tensor>& in) {
-    Tensor h = l1.forward(in[0]);
-    Tensor loss = cross_entropy(l2.forward(relu(h) + 0.5 * h), in[1]);
+    Tensor loss = cross_entropy(l2.forward(mix(l1.forward(in[0]))), in[1]);
     loss.backward();
     opt.step();
     opt.zero_grad();
     return {loss};
   }
+  Mix mix;
   Rngs rngs;
   nn::Linear l1, l2;
   optim::Adam opt;
 };
 
+// A pre-activation read again after its activation (here by a residual
+// term) keeps its buffer: that pair is not fused, the replay stays eager's.
+Tensor residual_mix(const Tensor& h) { return relu(h) + 0.5 * h; }
+
 TEST(CompiledPasses, FusionKeepsAPreActivationReadAgain) {
-  Residual eager, compiled;
+  TwoLinears eager(2, residual_mix), compiled(2, residual_mix);
   CompiledStep step([&](const std::vector<Tensor>& in) { return compiled.step(in); });
   for (int64_t i = 0; i < 20; ++i)
     ASSERT_EQ(bits(eager.step(batch(i))[0].item<float>()), bits(step(batch(i))[0].item<float>())) << i;
@@ -470,28 +475,10 @@ TEST(CompiledPasses, StepGraphReleasedSoMaxPoolTapsArePlanned) {
 // h + h^T reads h at (i, j) and (j, i): its output must not be written over
 // h even though h is read there for the last time (the other operand is a
 // view of h's buffer at other indices). 20 steps bitwise.
-struct SymNet {
-  SymNet() : rngs{{"params", 6}}, l1(8, 16, rngs), l2(16, 4, rngs), opt(params(), {.lr = 1e-2}) {}
-  nn::ParameterList params() {
-    std::vector<nn::Parameter> p = l1.parameters().params();
-    for (const nn::Parameter& q : l2.parameters()) p.push_back(q);
-    return p;
-  }
-  std::vector<Tensor> step(const std::vector<Tensor>& in) {
-    Tensor h = l1.forward(in[0]);  // [16, 16]
-    Tensor loss = cross_entropy(l2.forward(h + transpose(h, 0, 1)), in[1]);
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
-    return {loss};
-  }
-  Rngs rngs;
-  nn::Linear l1, l2;
-  optim::Adam opt;
-};
+Tensor symmetric_mix(const Tensor& h) { return h + transpose(h, 0, 1); }  // h [16, 16]
 
 TEST(CompiledPasses, MemoryPlanKeepsAnInputAnotherOperandReadsElsewhere) {
-  SymNet eager, compiled;
+  TwoLinears eager(6, symmetric_mix), compiled(6, symmetric_mix);
   CompiledStep step([&](const std::vector<Tensor>& in) { return compiled.step(in); });
   for (int64_t i = 0; i < 20; ++i)
     ASSERT_EQ(bits(eager.step(batch(i))[0].item<float>()), bits(step(batch(i))[0].item<float>())) << i;
