@@ -34,8 +34,8 @@ struct Wide : nn::Module {
 // item, where probe 1's rise misleads the slope the most.
 struct Deep : nn::Module {
   explicit Deep(int64_t features, Rngs& rngs) {
-    for (int i = 0; i < 4; ++i)
-      layers.push_back(register_module("l" + std::to_string(i), nn::Linear(features, features, nn::Init(rngs))));
+    for (char i = '0'; i < '4'; ++i)  // l0 .. l3
+      layers.push_back(register_module(std::string{'l', i}, nn::Linear(features, features, nn::Init(rngs))));
     head = register_module("head", nn::Linear(features, 3, nn::Init(rngs)));
   }
   Tensor forward(const Tensor& x) const {
@@ -139,7 +139,8 @@ TEST(FitToMemory, ChoiceFitsTheBudgetAndThePredictionHolds) {
     EXPECT_GT(fit.bytes_per_item, 3 * 65536.0);  // several activations of F floats per item
   }
   Rig s;
-  EXPECT_THROW(train::fit_to_memory(s.task, *s.data, int64_t(256) << 20, {.batch_buffers = 0}), Error);
+  EXPECT_KILN_ERROR(train::fit_to_memory(s.task, *s.data, int64_t(256) << 20, {.batch_buffers = 0}),
+                    "[fit_to_memory] batch_buffers must be at least 1, got 0");
 }
 
 TEST(FitToMemory, FunctionProbeAndErrors) {
@@ -157,9 +158,10 @@ TEST(FitToMemory, FunctionProbeAndErrors) {
   EXPECT_NEAR(double(fit.fixed_bytes), 4 << 20, 1024);
   EXPECT_LE(fit.predicted_peak_bytes, int64_t(64) << 20);
   EXPECT_GE(fit.batch, 52);  // (64 MiB x 0.95 - 4 MiB) / 1 MiB = 56.8, a multiple of 4 at or below
-  EXPECT_THROW(train::fit_to_memory(probe, int64_t(2) << 20), Error);  // not even batch 1
-  EXPECT_THROW(train::fit_to_memory(probe, -1), Error);
-  EXPECT_THROW(train::fit_to_memory(probe, int64_t(64) << 20, {.min_batch = 3, .max_batch = 2}), Error);
+  EXPECT_KILN_ERROR(train::fit_to_memory(probe, int64_t(2) << 20), "even batch 1 does not fit a budget of 2 MiB");
+  EXPECT_KILN_ERROR(train::fit_to_memory(probe, -1), "budget must be non-negative, got -1");
+  EXPECT_KILN_ERROR(train::fit_to_memory(probe, int64_t(64) << 20, {.min_batch = 3, .max_batch = 2}),
+                    "need 1 <= min_batch <= max_batch and multiple >= 1, got min_batch 3, max_batch 2");
   EXPECT_GT(train::system_memory_budget(), 0);
 }
 
